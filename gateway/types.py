@@ -1,0 +1,314 @@
+"""Values shared by every layer: chunks, citations, claims, check outcomes, reports, decisions.
+
+Nothing here does I/O or knows a protocol; these are the nouns the rest of the gateway speaks.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+# --------------------------------------------------------------------------------------------
+# Context
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One piece of trusted context: what the model was actually given."""
+
+    id: str
+    text: str | None = None
+    version: str | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """An Anthropic `document` or `search_result` block of the request, for native citations.
+
+    `kind` is the source type: "text" (plain text; char offsets index `text`), "content"
+    (custom content; `blocks` are its text blocks), "pdf" (text unknown unless extracted),
+    or "search_result" (`blocks` are its text blocks). `blocks` for "text" documents is empty.
+    """
+
+    index: int
+    kind: Literal["text", "content", "pdf", "search_result"]
+    text: str | None = None
+    blocks: tuple[str, ...] = ()
+    title: str | None = None
+    source: str | None = None
+
+
+def _fingerprint(chunks: Iterable[Chunk]) -> str:
+    triples = sorted(
+        (
+            c.id,
+            hashlib.sha256(c.text.encode()).hexdigest() if c.text is not None else "",
+            c.version or "",
+        )
+        for c in chunks
+    )
+    h = hashlib.sha256()
+    for cid, text_hash, version in triples:
+        # Length-prefix each field so ("a", "bc") and ("ab", "c") never collide.
+        for part in (cid, text_hash, version):
+            b = part.encode()
+            h.update(len(b).to_bytes(4, "big"))
+            h.update(b)
+    return h.hexdigest()
+
+
+@dataclass(slots=True)
+class ContextSet:
+    """Every chunk the upstream was given, keyed by exact id (code points, no normalisation).
+
+    Later sources do not overwrite an earlier chunk with the same id unless the earlier one had
+    no text (an id-only header chunk is upgraded by a chunk with text).
+    """
+
+    chunks: dict[str, Chunk] = field(default_factory=dict)
+    documents: list[Document] = field(default_factory=list)
+    search_results: list[Document] = field(default_factory=list)
+
+    def add(self, chunk: Chunk) -> None:
+        have = self.chunks.get(chunk.id)
+        if have is None or (have.text is None and chunk.text is not None):
+            self.chunks[chunk.id] = chunk
+
+    def extend(self, chunks: Iterable[Chunk]) -> None:
+        for c in chunks:
+            self.add(c)
+
+    def get(self, chunk_id: str) -> Chunk | None:
+        return self.chunks.get(chunk_id)
+
+    @property
+    def fingerprint(self) -> str:
+        return _fingerprint(self.chunks.values())
+
+
+# --------------------------------------------------------------------------------------------
+# Citations and claims
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NativeLocation:
+    """An Anthropic native citation, as received (indices exactly as the API gives them)."""
+
+    type: Literal[
+        "char_location", "page_location", "content_block_location", "search_result_location"
+    ]
+    cited_text: str
+    document_index: int | None = None  # for document citations
+    search_result_index: int | None = None  # for search_result_location
+    start: int | None = None  # start_char_index / start_page_number / start_block_index
+    end: int | None = None  # end_char_index / end_page_number / end_block_index (exclusive)
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """A citation attached to a claim.
+
+    `id` is the chunk id exactly as written. `start`/`end` are offsets of the marker in the
+    channel text (-1 for structured and native citations, which have no marker). `malformed`
+    holds why the marker fails the shape rule, or None when well formed.
+    """
+
+    id: str
+    raw: str
+    start: int = -1
+    end: int = -1
+    version: str | None = None
+    malformed: str | None = None
+    native: NativeLocation | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A sentence or list item whose truth depends on its citations.
+
+    `index` is 0-based across the whole answer (all channels, in channel order). `start`/`end`
+    delimit the claim in its channel's text, trailing citation markers included, so that the
+    text of a partial answer is rebuilt by slicing. `exempt` claims (abstention phrases, policy
+    exempt patterns) need no citation and are never failed.
+    """
+
+    index: int
+    channel: int  # index into Answer.channels
+    text: str
+    start: int
+    end: int
+    citations: tuple[Citation, ...] = ()
+    exempt: bool = False
+
+
+# --------------------------------------------------------------------------------------------
+# Check outcomes
+# --------------------------------------------------------------------------------------------
+
+Reason = Literal[
+    "missing_citation",
+    "malformed_citation",
+    "hallucinated_citation",
+    "stale_source",
+    "quote_mismatch",
+    "number_mismatch",
+    "source_text_unavailable",
+    "unsupported",
+]
+REASONS: tuple[Reason, ...] = (
+    "missing_citation",
+    "malformed_citation",
+    "hallucinated_citation",
+    "stale_source",
+    "quote_mismatch",
+    "number_mismatch",
+    "source_text_unavailable",
+    "unsupported",
+)
+
+
+class Status(enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """The outcome of one check on one claim. A value, never an exception.
+
+    `reason` is set for FAIL (one of REASONS); `kind` names the infrastructure failure for
+    ERROR ("timeout", "circuit_open", "crash", ...). `detail` is a short human explanation
+    that must not quote chunk text (it ends up in audit logs).
+    """
+
+    status: Status
+    check: str
+    reason: Reason | None = None
+    kind: str | None = None
+    detail: str = ""
+
+    @staticmethod
+    def ok(check: str) -> CheckResult:
+        return CheckResult(Status.PASS, check)
+
+    @staticmethod
+    def fail(check: str, reason: Reason, detail: str = "") -> CheckResult:
+        return CheckResult(Status.FAIL, check, reason=reason, detail=detail)
+
+    @staticmethod
+    def error(check: str, kind: str, detail: str = "") -> CheckResult:
+        return CheckResult(Status.ERROR, check, kind=kind, detail=detail)
+
+
+Verdict = Literal["verified", "failed", "errored", "exempt"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimReport:
+    """A claim's verdict: the first non-pass result in policy check order decides it."""
+
+    claim: Claim
+    verdict: Verdict
+    reason: Reason | None = None  # set when failed
+    error_kind: str | None = None  # set when errored
+    check: str | None = None  # the check that decided a failed / errored verdict
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Verification of a whole answer."""
+
+    claims: tuple[ClaimReport, ...]
+    context_fingerprint: str
+    seconds: float = 0.0
+
+    @property
+    def first_problem(self) -> ClaimReport | None:
+        for c in self.claims:
+            if c.verdict in ("failed", "errored"):
+                return c
+        return None
+
+    @property
+    def all_verified(self) -> bool:
+        return all(c.verdict in ("verified", "exempt") for c in self.claims)
+
+    @property
+    def any_errored(self) -> bool:
+        return any(c.verdict == "errored" for c in self.claims)
+
+
+# --------------------------------------------------------------------------------------------
+# The protocol-neutral answer
+# --------------------------------------------------------------------------------------------
+
+ChannelKind = Literal[
+    "content",  # assistant text: message.content, Anthropic text blocks, rag-json answer
+    "refusal",
+    "tool_arguments",  # tool_calls[].function.arguments, legacy function_call, tool_use input
+    "reasoning",  # reasoning_content / reasoning / Anthropic thinking
+    "transcript",  # audio.transcript
+]
+
+
+@dataclass(slots=True)
+class Channel:
+    """One text-bearing field of an answer.
+
+    `path` locates it in the protocol body (e.g. ("choices", 0, "message", "content")) so a
+    renderer can rewrite or remove it. `choice` groups channels of one OpenAI choice (0 for
+    single-answer protocols). `native` lists (start, end, citation) spans for Anthropic
+    citations attached to text blocks; `structured` holds rag-json claims as given
+    (text, citation ids) — when it is not None the text is not segmented, the list is the claims.
+    """
+
+    kind: ChannelKind
+    path: tuple[str | int, ...]
+    text: str
+    choice: int = 0
+    native: tuple[tuple[int, int, Citation], ...] = ()
+    structured: tuple[tuple[str, tuple[str, ...]], ...] | None = None
+
+
+@dataclass(slots=True)
+class Answer:
+    """What the upstream answered, in protocol-neutral form, plus the parsed body it came from.
+
+    `body` is the decoded JSON of a non-streaming answer, or the equivalent body assembled from
+    a stream. `has_logprobs` tells whether any logprobs were present; `unknown_fields` lists
+    paths of fields the adapter does not know (dropped on verified routes unless allow-listed).
+    `usage` is the upstream's token usage (input/output/total) when it reported one.
+    """
+
+    protocol: str
+    body: dict[str, object]
+    channels: list[Channel] = field(default_factory=list)
+    has_logprobs: bool = False
+    unknown_fields: list[tuple[str | int, ...]] = field(default_factory=list)
+    usage: Mapping[str, int] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# Decisions
+# --------------------------------------------------------------------------------------------
+
+
+class Decision(enum.Enum):
+    RELEASED = "released"
+    PARTIAL = "partial"
+    ABSTAINED = "abstained"
+    BLOCKED = "blocked"
+    REVIEW = "review"
+
+
+TemplateName = Literal[
+    "no_evidence", "verifier_unavailable", "partial", "review_required", "stale_source"
+]
