@@ -312,3 +312,20 @@ class Decision(enum.Enum):
 TemplateName = Literal[
     "no_evidence", "verifier_unavailable", "partial", "review_required", "stale_source"
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The release decision for one answer and what a renderer needs to carry it out.
+
+    `reason` is the first failing check reason, the infrastructure error kind, or None when
+    released. `claim_index` is the 0-based index of the first failing / errored claim. `template`
+    names the template an abstained / review / partial body uses. `kept` holds the indices of
+    claims a partial answer keeps (every verified or exempt claim).
+    """
+
+    decision: Decision
+    reason: str | None = None
+    claim_index: int | None = None
+    template: TemplateName | None = None
+    kept: frozenset[int] = frozenset()
