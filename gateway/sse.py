@@ -1,0 +1,145 @@
+"""Sans-io Server-Sent Events: an incremental decoder (bytes in, events out) and an encoder.
+
+Follows the WHATWG event-stream rules: CR, LF and CRLF line ends, `:` comments, multi-line
+`data`, `event` / `id` / `retry` fields, and an event dispatched only on its blank line.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from dataclasses import dataclass
+
+__all__ = ["SSEDecoder", "SSEEvent", "encode"]
+
+_EOL = re.compile(r"\r\n|\r|\n")
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    """One dispatched event. `data` has its lines joined with "\\n" (no trailing newline)."""
+
+    data: str
+    event: str | None = None
+    id: str | None = None
+    retry: int | None = None
+
+
+class SSEDecoder:
+    """Incremental decoder: `feed(bytes) -> list[SSEEvent]`, `finish() -> list[SSEEvent]`.
+
+    Input may be split anywhere (inside a UTF-8 sequence, between CR and LF). Each byte is
+    scanned once: an unfinished line is kept as a list of pieces and joined only when its end
+    arrives. As the spec requires, an event without its terminating blank line at end of
+    stream is discarded, so a truncated stream never yields a half event.
+    """
+
+    def __init__(self) -> None:
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._partial: list[str] = []
+        self._skip_lf = False  # the previous piece ended in CR; a leading LF belongs to it
+        self._started = False  # a leading BOM is dropped once
+        self._data: list[str] = []
+        self._has_data = False
+        self._event: str | None = None
+        self._id: str | None = None
+        self._retry: int | None = None
+
+    def feed(self, data: bytes) -> list[SSEEvent]:
+        return self._text(self._utf8.decode(data))
+
+    def finish(self) -> list[SSEEvent]:
+        events = self._text(self._utf8.decode(b"", final=True))
+        # Whatever is pending (an unterminated line or event) is discarded per the spec.
+        self._partial.clear()
+        self._reset()
+        return events
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _text(self, text: str) -> list[SSEEvent]:
+        events: list[SSEEvent] = []
+        if not text:
+            return events
+        i = 0
+        if not self._started:
+            self._started = True
+            if text.startswith("\ufeff"):
+                i = 1
+        if self._skip_lf:
+            self._skip_lf = False
+            if text.startswith("\n", i):
+                i += 1
+        n = len(text)
+        while i < n:
+            m = _EOL.search(text, i)
+            if m is None:
+                self._partial.append(text[i:])
+                break
+            if self._partial:
+                self._partial.append(text[i : m.start()])
+                line = "".join(self._partial)
+                self._partial.clear()
+            else:
+                line = text[i : m.start()]
+            if m.group() == "\r" and m.end() == n:
+                self._skip_lf = True
+            i = m.end()
+            ev = self._line(line)
+            if ev is not None:
+                events.append(ev)
+        return events
+
+    def _line(self, line: str) -> SSEEvent | None:
+        if not line:
+            return self._dispatch()
+        if line[0] == ":":
+            return None
+        name, colon, value = line.partition(":")
+        if colon and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+            self._has_data = True
+        elif name == "event":
+            self._event = value
+        elif name == "id" and "\0" not in value:
+            self._id = value
+        elif name == "retry" and value.isascii() and value.isdigit():
+            self._retry = int(value)
+        return None
+
+    def _dispatch(self) -> SSEEvent | None:
+        if not self._has_data:
+            self._reset()
+            return None
+        ev = SSEEvent(
+            data="\n".join(self._data),
+            event=self._event or None,
+            id=self._id,
+            retry=self._retry,
+        )
+        self._reset()
+        return ev
+
+    def _reset(self) -> None:
+        self._data = []
+        self._has_data = False
+        self._event = None
+        self._id = None
+        self._retry = None
+
+
+def encode(event: SSEEvent) -> bytes:
+    """One event in wire form, LF line ends, terminated by its blank line."""
+    out: list[str] = []
+    if event.event is not None:
+        out.append(f"event: {event.event}\n")
+    if event.id is not None:
+        out.append(f"id: {event.id}\n")
+    if event.retry is not None:
+        out.append(f"retry: {event.retry}\n")
+    for line in _EOL.split(event.data):
+        out.append(f"data: {line}\n")
+    out.append("\n")
+    return "".join(out).encode()
