@@ -1,13 +1,41 @@
 """Policy files: the pydantic model, YAML loading with file:line errors, versioning, routing.
 
 A policy is parsed, validated and compiled once; the hot path only reads compiled objects.
+
+    load_policy(path) -> LoadedPolicy        one file: validated Policy + version + compiled regexes
+    load_policies(paths) -> PolicySet        several files, routed in order; first match wins
+    check_paths(paths, out) -> int           `citewarden policy check`: errors and lint warnings
+    PolicyStore(paths)                       the live PolicySet; reload() and an async watch()
+
+Every failure is a `PolicyError(file, line, reason)`; see docs/policy.md for the full reference.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import asyncio
+import difflib
+import hashlib
+import json
+import os
+import re
+import types
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, TextIO, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+import structlog
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from gateway.errors import PolicyError
 
 Protocol = Literal["openai-chat", "anthropic-messages", "rag-json"]
 CheckName = Literal[
@@ -21,15 +49,109 @@ CheckName = Literal[
 ]
 ChannelRule = Literal["pass", "verify", "withhold"]
 
+# The 12-hex-digit short version used in labels (`name@version[:12]`): 48 bits, ample to tell
+# the handful of revisions a deployment sees apart, and short enough for headers and metrics.
+SHORT_VERSION_LEN = 12
+
+
+# --------------------------------------------------------------------------------------------
+# The model
+# --------------------------------------------------------------------------------------------
+
+
+class _KeyedValueError(ValueError):
+    """A model-level validation failure that belongs to one key below the model.
+
+    pydantic reports model validators at the model's own location; the loader appends `key`
+    so the error points at the line of the offending key rather than its enclosing mapping.
+    """
+
+    def __init__(self, key: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from None
+
+
+def _valid_regex(pattern: str) -> str:
+    _compile(pattern)
+    return pattern
+
+
+RegexStr = Annotated[str, AfterValidator(_valid_regex)]
+
+_LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
+
+
+def _label_safe(value: str) -> str:
+    # Names end up in response headers, metric labels and audit events.
+    if not _LABEL_RE.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a valid name: use letters, digits and _ . : - "
+            "(starting with a letter or digit)"
+        )
+    return value
+
+
+def _url_path(value: str, what: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f"{what} {value!r} must start with '/'")
+    if "?" in value or "#" in value:
+        raise ValueError(f"{what} {value!r} must not contain a query string or fragment")
+    return value
+
+
+def _json_pointer(value: str | None) -> str | None:
+    if value is not None and not value.startswith("/"):
+        raise ValueError(
+            f"JSON pointer {value!r} must start with '/' (RFC 6901), e.g. '/answer'"
+        )
+    return value
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 class Match(_Model):
+    """Request conditions of a route; all given conditions must hold."""
+
     path: str | None = None
     path_prefix: str | None = None
     header: dict[str, str] = Field(default_factory=dict)
+    methods: list[str] = Field(default_factory=list)  # empty = any method
+
+    @field_validator("path", "path_prefix")
+    @classmethod
+    def _is_path(cls, value: str | None) -> str | None:
+        return None if value is None else _url_path(value, "path")
+
+    @field_validator("methods")
+    @classmethod
+    def _upper(cls, value: list[str]) -> list[str]:
+        return [m.upper() for m in value]
+
+    @model_validator(mode="after")
+    def _conditions(self) -> Match:
+        if self.path is None and self.path_prefix is None and not self.header:
+            raise ValueError("match needs at least one of path, path_prefix or header")
+        if self.path is not None and self.path_prefix is not None:
+            raise _KeyedValueError(
+                ("path_prefix",), "use either path or path_prefix in one match, not both"
+            )
+        seen: set[str] = set()
+        for name in self.header:
+            if not name or name.lower() in seen:
+                raise _KeyedValueError(
+                    ("header", name), f"header {name!r} is empty or listed twice"
+                )
+            seen.add(name.lower())
+        return self
 
 
 class RagSpec(_Model):
@@ -45,24 +167,69 @@ class RagSpec(_Model):
     claim_text: str = "text"
     claim_citations: str = "citations"
 
+    _pointers = field_validator("answer", "claims", "context")(_json_pointer)
+
 
 class Route(_Model):
-    name: str
+    name: Annotated[str, AfterValidator(_label_safe)]
     match: Match
     protocol: Protocol
     rag: RagSpec | None = None
+
+    @model_validator(mode="after")
+    def _rag_for_rag_json(self) -> Route:
+        if self.protocol == "rag-json" and (
+            self.rag is None or (self.rag.answer is None and self.rag.claims is None)
+        ):
+            raise _KeyedValueError(
+                ("rag",),
+                "protocol rag-json needs rag.answer or rag.claims (JSON pointers into the "
+                "upstream response)",
+            )
+        return self
 
 
 class Citations(_Model):
     format: Literal["doc-chunk", "numeric", "footnote", "regex"] = "doc-chunk"
     pattern: str | None = None  # for format: regex — a regex with a named group `id`
 
+    @field_validator("pattern")
+    @classmethod
+    def _has_id_group(cls, value: str | None) -> str | None:
+        if value is not None and "id" not in _compile(value).groupindex:
+            raise ValueError("needs a named group `id`, e.g. (?P<id>[A-Za-z0-9:]+)")
+        return value
+
+    @model_validator(mode="after")
+    def _regex_needs_pattern(self) -> Citations:
+        if self.format == "regex" and self.pattern is None:
+            raise _KeyedValueError(
+                ("format",), "regex needs citations.pattern, a regex with a named group `id`"
+            )
+        return self
+
+
+ContextSource = Literal["request", "response", "header"]
+
+
+def _all_context_sources() -> list[ContextSource]:
+    return ["request", "response", "header"]
+
 
 class ContextSpec(_Model):
-    from_: list[Literal["request", "response", "header"]] = Field(
-        default_factory=lambda: ["request", "response", "header"], alias="from"
-    )
+    from_: list[ContextSource] = Field(default_factory=_all_context_sources, alias="from")
     chunk_pattern: str | None = None  # regex with named groups `id` and `text` (and `version`)
+
+    @field_validator("chunk_pattern")
+    @classmethod
+    def _has_groups(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        missing = {"id", "text"} - set(_compile(value).groupindex)
+        if missing:
+            names = " and ".join(f"`{g}`" for g in sorted(missing))
+            raise ValueError(f"needs named groups `id` and `text`; missing {names}")
+        return value
 
 
 DEFAULT_EXEMPT = [
@@ -72,7 +239,7 @@ DEFAULT_EXEMPT = [
 
 
 class ClaimsSpec(_Model):
-    exempt: list[str] = Field(default_factory=lambda: list(DEFAULT_EXEMPT))
+    exempt: list[RegexStr] = Field(default_factory=lambda: list(DEFAULT_EXEMPT))
 
 
 class SupportSpec(_Model):
@@ -122,26 +289,634 @@ class Audit(_Model):
     include_text: bool = False
 
 
+def _default_checks() -> list[CheckName]:
+    return [
+        "missing_citation",
+        "malformed_citation",
+        "hallucinated_citation",
+        "stale_source",
+        "quote_mismatch",
+        "number_mismatch",
+    ]
+
+
 class Policy(_Model):
-    name: str
+    name: Annotated[str, AfterValidator(_label_safe)]
     mode: Literal["enforce", "shadow"] = "enforce"
     routes: list[Route] = Field(min_length=1)
     passthrough: list[str] = Field(default_factory=list)
     citations: Citations = Field(default_factory=Citations)
     context: ContextSpec = Field(default_factory=ContextSpec)
     claims: ClaimsSpec = Field(default_factory=ClaimsSpec)
-    checks: list[CheckName] = Field(
-        default_factory=lambda: [
-            "missing_citation",
-            "malformed_citation",
-            "hallucinated_citation",
-            "stale_source",
-            "quote_mismatch",
-            "number_mismatch",
-        ]
-    )
+    checks: list[CheckName] = Field(default_factory=_default_checks)
     support: SupportSpec = Field(default_factory=SupportSpec)
     channels: Channels = Field(default_factory=Channels)
     release: Release = Field(default_factory=Release)
     streaming: Streaming = Field(default_factory=Streaming)
     audit: Audit = Field(default_factory=Audit)
+
+    @field_validator("passthrough")
+    @classmethod
+    def _passthrough_paths(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            _url_path(entry, "passthrough entry")
+            if "*" in entry[:-1]:
+                raise ValueError(
+                    f"passthrough entry {entry!r}: '*' is only allowed as the last character"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _unique_route_names(self) -> Policy:
+        seen: set[str] = set()
+        for i, route in enumerate(self.routes):
+            if route.name in seen:
+                raise _KeyedValueError(
+                    ("routes", i, "name"), f"duplicate route name {route.name!r}"
+                )
+            seen.add(route.name)
+        return self
+
+
+# --------------------------------------------------------------------------------------------
+# YAML with line numbers
+# --------------------------------------------------------------------------------------------
+
+Loc = tuple[str | int, ...]
+
+
+def _index_lines(
+    node: yaml.Node, loc: Loc, lines: dict[Loc, int], stack: set[int], file: str
+) -> None:
+    """Record the 1-based line of every key and item; reject duplicate mapping keys."""
+    lines.setdefault(loc, node.start_mark.line + 1)
+    if id(node) in stack:  # a recursive alias; the model rejects the value itself
+        return
+    stack.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue
+            key, line = str(key_node.value), key_node.start_mark.line + 1
+            if key in first:
+                raise PolicyError(
+                    file, line, f"duplicate key {key!r} (first defined on line {first[key]})"
+                )
+            first[key] = line
+            lines[(*loc, key)] = line
+            _index_lines(value_node, (*loc, key), lines, stack, file)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _index_lines(item, (*loc, i), lines, stack, file)
+    stack.discard(id(node))
+
+
+def _parse_yaml(file: str, text: str) -> tuple[Any, dict[Loc, int]]:
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise PolicyError(file, 1, "the file is empty; a policy is a YAML mapping")
+        lines: dict[Loc, int] = {}
+        _index_lines(node, (), lines, set(), file)
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        reason = exc.problem or exc.context or "invalid YAML"
+        raise PolicyError(
+            file, mark.line + 1 if mark else None, f"YAML syntax error: {reason}"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise PolicyError(file, None, f"YAML error: {exc}") from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        raise PolicyError(
+            file, node.start_mark.line + 1, "a policy file must be a YAML mapping at the top level"
+        )
+    return data, lines
+
+
+def _line_of(loc: Loc, lines: Mapping[Loc, int]) -> int | None:
+    for end in range(len(loc), -1, -1):
+        line = lines.get(loc[:end])
+        if line is not None:
+            return line
+    return None
+
+
+def _dotted(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _keys_at(loc: Loc) -> list[str]:
+    """The keys the model accepts at `loc`, for 'did you mean' hints."""
+    model: type[BaseModel] | None = Policy
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        fields = {(f.alias or n): f for n, f in model.model_fields.items()}
+        info = fields.get(part)
+        model = _model_in(info.annotation) if info is not None else None
+    if model is None:
+        return []
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+def _reason(err: Mapping[str, Any]) -> tuple[Loc, str]:
+    loc: Loc = tuple(err["loc"])
+    cause = err.get("ctx", {}).get("error")
+    if isinstance(cause, _KeyedValueError):
+        loc = (*loc, *cause.key)
+        return loc, f"{_dotted(loc)}: {cause}"
+    if err["type"] == "extra_forbidden":
+        key, parent = str(loc[-1]), loc[:-1]
+        where = f" in {_dotted(parent)}" if parent else " at the top level"
+        hint = difflib.get_close_matches(key, _keys_at(parent), n=1)
+        suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+        return loc, f"unknown key {key!r}{where}{suggestion}"
+    if err["type"] == "missing":
+        parent = loc[:-1]
+        where = f" in {_dotted(parent)}" if parent else ""
+        return loc, f"missing required key {loc[-1]!r}{where}"
+    message = str(cause) if isinstance(cause, ValueError) else str(err["msg"])
+    return loc, f"{_dotted(loc)}: {message}" if loc else message
+
+
+# --------------------------------------------------------------------------------------------
+# Loaded, versioned and compiled policies
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledPolicy:
+    """Everything the hot path needs, compiled once at load."""
+
+    citation_pattern: re.Pattern[str] | None  # format: regex only
+    chunk_pattern: re.Pattern[str] | None  # None: the built-in <chunk …> form
+    exempt: tuple[re.Pattern[str], ...]
+    checks: frozenset[str]
+    routes: Mapping[str, Route]  # by name
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    """A validated policy file. `version` is the full sha256; `label` is `name@version[:12]`."""
+
+    policy: Policy
+    path: str
+    version: str
+    label: str
+    compiled: CompiledPolicy = field(repr=False, compare=False)
+    lines: Mapping[Loc, int] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    def line_of(self, *loc: str | int) -> int | None:
+        """The line of the key or item at `loc` (or of its nearest enclosing one)."""
+        return _line_of(loc, self.lines)
+
+
+def canonical_json(policy: Policy) -> str:
+    """The canonical form the version hashes: defaults filled in, keys sorted, by alias."""
+    return json.dumps(
+        policy.model_dump(mode="json", by_alias=True),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def policy_version(policy: Policy) -> str:
+    return hashlib.sha256(canonical_json(policy).encode("utf-8")).hexdigest()
+
+
+def _compile_policy(policy: Policy) -> CompiledPolicy:
+    pattern = policy.citations.pattern
+    return CompiledPolicy(
+        citation_pattern=(
+            re.compile(pattern) if pattern is not None and policy.citations.format == "regex"
+            else None
+        ),
+        chunk_pattern=(
+            re.compile(policy.context.chunk_pattern) if policy.context.chunk_pattern else None
+        ),
+        exempt=tuple(re.compile(p) for p in policy.claims.exempt),
+        checks=frozenset(policy.checks),
+        routes=types.MappingProxyType({r.name: r for r in policy.routes}),
+    )
+
+
+def from_model(policy: Policy, path: str = "<memory>") -> LoadedPolicy:
+    """Wrap an already validated Policy (tests, embedded defaults) as a LoadedPolicy."""
+    version = policy_version(policy)
+    return LoadedPolicy(
+        policy=policy,
+        path=path,
+        version=version,
+        label=f"{policy.name}@{version[:SHORT_VERSION_LEN]}",
+        compiled=_compile_policy(policy),
+    )
+
+
+def _read(file: str) -> str:
+    try:
+        with open(file, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise PolicyError(file, None, f"cannot read policy file: {exc.strerror or exc}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise PolicyError(file, line, "the file is not valid UTF-8") from None
+
+
+def _load_all_errors(file: str) -> tuple[LoadedPolicy | None, list[PolicyError]]:
+    try:
+        data, lines = _parse_yaml(file, _read(file))
+    except PolicyError as exc:
+        return None, [exc]
+    try:
+        policy = Policy.model_validate(data)
+    except ValidationError as exc:
+        errors = []
+        for err in exc.errors(include_url=False):
+            loc, message = _reason(err)
+            errors.append(PolicyError(file, _line_of(loc, lines), message))
+        errors.sort(key=lambda e: e.line or 0)
+        return None, errors
+    loaded = from_model(policy, file)
+    return LoadedPolicy(
+        policy=loaded.policy,
+        path=file,
+        version=loaded.version,
+        label=loaded.label,
+        compiled=loaded.compiled,
+        lines=types.MappingProxyType(lines),
+    ), []
+
+
+def load_policy(path: str | os.PathLike[str]) -> LoadedPolicy:
+    """Load, validate and compile one policy file; raise the first PolicyError (by line)."""
+    loaded, errors = _load_all_errors(os.fspath(path))
+    if errors:
+        raise errors[0]
+    assert loaded is not None
+    return loaded
+
+
+def load_policies(paths: Sequence[str | os.PathLike[str]]) -> PolicySet:
+    """Load several files into one PolicySet; route names must be unique across files."""
+    if not paths:
+        raise PolicyError("<policy>", None, "no policy files given")
+    policies = [load_policy(p) for p in paths]
+    errors = _cross_file_errors(policies)
+    if errors:
+        raise errors[0]
+    return PolicySet(policies)
+
+
+# --------------------------------------------------------------------------------------------
+# Routing
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Matcher:
+    path: str | None
+    prefix: str | None
+    headers: tuple[tuple[str, str], ...]  # lower-cased names
+    methods: frozenset[str]  # empty = any
+
+    @classmethod
+    def of(cls, match: Match) -> _Matcher:
+        return cls(
+            path=match.path,
+            prefix=match.path_prefix,
+            headers=tuple((k.lower(), v) for k, v in match.header.items()),
+            methods=frozenset(match.methods),
+        )
+
+    def matches(self, method: str, path: str, headers: Mapping[str, str]) -> bool:
+        if self.path is not None and path != self.path:
+            return False
+        if self.prefix is not None and not path.startswith(self.prefix):
+            return False
+        if self.methods and method.upper() not in self.methods:
+            return False
+        return all(_header(headers, name) == value for name, value in self.headers)
+
+    def covers(self, other: _Matcher) -> bool:
+        """True when every request `other` matches is also matched by self."""
+        if self.methods and not (other.methods and other.methods <= self.methods):
+            return False
+        if not set(self.headers) <= set(other.headers):
+            return False
+        if self.path is not None:
+            return other.path == self.path
+        if self.prefix is not None:
+            return any(
+                p is not None and p.startswith(self.prefix) for p in (other.path, other.prefix)
+            )
+        return True
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    # Starlette's Headers and HTTP/2 pseudo-dicts are already lower-case; a plain dict may not be.
+    value = headers.get(name)
+    if value is not None:
+        return value
+    for key, candidate in headers.items():
+        if key.lower() == name:
+            return candidate
+    return None
+
+
+def _strip_query(path: str) -> str:
+    return path.split("?", 1)[0]
+
+
+class PolicySet:
+    """Policies in load order. Routes match in order (files, then routes); first match wins.
+
+    Passthrough entries are exact paths, or prefixes when they end in `*` (`/v1/files/*`).
+    Routes are consulted before passthrough, so a routed path is always verified.
+    """
+
+    __slots__ = ("_by_name", "_exact", "_prefixes", "_routes", "policies")
+
+    def __init__(self, policies: Sequence[LoadedPolicy]) -> None:
+        self.policies: tuple[LoadedPolicy, ...] = tuple(policies)
+        self._routes = tuple(
+            (_Matcher.of(route.match), loaded, route)
+            for loaded in self.policies
+            for route in loaded.policy.routes
+        )
+        self._by_name: dict[str, tuple[LoadedPolicy, Route]] = {}
+        for _, loaded, route in self._routes:
+            self._by_name.setdefault(route.name, (loaded, route))
+        entries = [e for loaded in self.policies for e in loaded.policy.passthrough]
+        self._exact = frozenset(e for e in entries if not e.endswith("*"))
+        self._prefixes = tuple(e[:-1] for e in entries if e.endswith("*"))
+
+    def match(
+        self, method: str, path: str, headers: Mapping[str, str]
+    ) -> tuple[LoadedPolicy, Route] | None:
+        path = _strip_query(path)
+        for matcher, loaded, route in self._routes:
+            if matcher.matches(method, path, headers):
+                return loaded, route
+        return None
+
+    def is_passthrough(self, path: str) -> bool:
+        path = _strip_query(path)
+        return path in self._exact or path.startswith(self._prefixes)
+
+    def route(self, name: str) -> tuple[LoadedPolicy, Route] | None:
+        """The route called `name` (for `citewarden verify --route`)."""
+        return self._by_name.get(name)
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(p.label for p in self.policies)
+
+
+def _cross_file_errors(policies: Sequence[LoadedPolicy]) -> list[PolicyError]:
+    errors = []
+    first: dict[str, tuple[LoadedPolicy, int]] = {}
+    for loaded in policies:
+        for i, route in enumerate(loaded.policy.routes):
+            if route.name in first:
+                other, j = first[route.name]
+                errors.append(
+                    PolicyError(
+                        loaded.path,
+                        loaded.line_of("routes", i, "name"),
+                        f"route name {route.name!r} is already used in {other.path}:"
+                        f"{other.line_of('routes', j, 'name')}; route names label metrics "
+                        "and audit events, so they must be unique across policy files",
+                    )
+                )
+            else:
+                first[route.name] = (loaded, i)
+    return errors
+
+
+# --------------------------------------------------------------------------------------------
+# `citewarden policy check`
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    file: str
+    line: int | None
+    severity: Literal["error", "warning"]
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.severity}: {self.message}"
+
+
+def lint(policies: Sequence[LoadedPolicy]) -> list[Diagnostic]:
+    """Semantic warnings over valid policies, in load order (cross-file where it matters)."""
+    out: list[Diagnostic] = []
+
+    def warn(loaded: LoadedPolicy, loc: Loc, message: str) -> None:
+        out.append(Diagnostic(loaded.path, loaded.line_of(*loc), "warning", message))
+
+    earlier: list[tuple[_Matcher, LoadedPolicy, int]] = []
+    for loaded in policies:
+        p = loaded.policy
+        if p.mode == "shadow":
+            warn(
+                loaded,
+                ("mode",),
+                "mode: shadow — NOTHING IS ENFORCED: answers are verified and the decision is "
+                "recorded, but every upstream answer reaches the client unchanged, including "
+                "hallucinated citations; use only for a rollout",
+            )
+        if not p.checks:
+            warn(loaded, ("checks",), "checks is empty: every claim passes and nothing is verified")
+        dupes = sorted({c for c in p.checks if p.checks.count(c) > 1})
+        if dupes:
+            warn(loaded, ("checks",), f"checks lists {', '.join(dupes)} more than once")
+        if (
+            p.release.on_unverified == "strip"
+            and p.checks
+            and "hallucinated_citation" not in p.checks
+        ):
+            warn(
+                loaded,
+                ("release", "on_unverified"),
+                "on_unverified: strip without hallucinated_citation in checks: claims citing "
+                "sources the model was never given are released",
+            )
+        if p.streaming.mode == "progressive" and p.release.on_unverified == "block":
+            warn(
+                loaded,
+                ("streaming", "mode"),
+                "streaming.mode: progressive with on_unverified: block: once claims have been "
+                "sent the status can no longer become "
+                f"{p.release.block_status}, so a block mid-stream ends the stream with the "
+                "protocol's error event; use buffer to keep a clean block status",
+            )
+        if p.citations.pattern is not None and p.citations.format != "regex":
+            warn(
+                loaded,
+                ("citations", "pattern"),
+                f"citations.pattern is ignored with format: {p.citations.format}",
+            )
+        if "support" in p.model_fields_set and "unsupported" not in p.checks:
+            warn(loaded, ("support",), "support is set but unsupported is not in checks")
+        for i, route in enumerate(p.routes):
+            if route.rag is not None and route.protocol != "rag-json":
+                warn(
+                    loaded,
+                    ("routes", i, "rag"),
+                    f"rag is ignored for protocol {route.protocol}",
+                )
+            matcher = _Matcher.of(route.match)
+            for prior, prior_loaded, j in earlier:
+                if prior.covers(matcher):
+                    prior_route = prior_loaded.policy.routes[j]
+                    where = f"{prior_loaded.path}:{prior_loaded.line_of('routes', j)}"
+                    warn(
+                        loaded,
+                        ("routes", i),
+                        f"route {route.name!r} is unreachable: every request it matches is "
+                        f"taken first by route {prior_route.name!r} ({where})",
+                    )
+                    break
+            earlier.append((matcher, loaded, i))
+    return out
+
+
+def check_paths(paths: Sequence[str], out: TextIO) -> int:
+    """Validate and lint policy files; print diagnostics and `ok:` lines. 1 on any error."""
+    if not paths:
+        print("error: no policy files given", file=out)
+        return 1
+    by_file: dict[str, list[Diagnostic]] = {p: [] for p in paths}
+    loaded: list[LoadedPolicy] = []
+    for path in paths:
+        result, errors = _load_all_errors(path)
+        by_file[path].extend(Diagnostic(e.file, e.line, "error", e.message) for e in errors)
+        if result is not None:
+            loaded.append(result)
+    for e in _cross_file_errors(loaded):
+        by_file[e.file].append(Diagnostic(e.file, e.line, "error", e.message))
+    for d in lint(loaded):
+        by_file[d.file].append(d)
+    labels = {p.path: p.label for p in loaded}
+    failed = False
+    for path, diagnostics in by_file.items():
+        for d in sorted(diagnostics, key=lambda d: d.line or 0):
+            print(d, file=out)
+        if any(d.severity == "error" for d in diagnostics):
+            failed = True
+        else:
+            print(f"ok: {path} ({labels[path]})", file=out)
+    return 1 if failed else 0
+
+
+# --------------------------------------------------------------------------------------------
+# Hot reload
+# --------------------------------------------------------------------------------------------
+
+ReloadOutcome = Literal["success", "error"]
+ReloadCallback = Callable[[ReloadOutcome, PolicyError | None], None]
+
+_log = structlog.get_logger(__name__)
+
+
+def _stat(path: str) -> tuple[object, ...]:
+    # realpath: a ConfigMap swaps its `..data` symlink, so the target changes while every
+    # stat field of the new file may look old; the inode catches an atomic rename.
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+    except OSError as exc:
+        return ("unreadable", exc.errno)
+    return (real, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _digest(paths: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:
+                h.update(hashlib.sha256(fh.read()).digest())
+        except OSError as exc:
+            h.update(f"unreadable:{exc.errno}".encode())
+    return h.hexdigest()
+
+
+class PolicyStore:
+    """The live PolicySet. Readers take `store.current` once per request; swaps are atomic.
+
+    The constructor raises PolicyError when the initial load fails (start-up exit 2); later
+    reloads that fail keep the last good set.
+    """
+
+    def __init__(self, paths: Sequence[str | os.PathLike[str]]) -> None:
+        self.paths: tuple[str, ...] = tuple(os.fspath(p) for p in paths)
+        # Snapshot before loading so an edit racing the first load is seen by the next poll.
+        self._stats = tuple(_stat(p) for p in self.paths)
+        self._digest = _digest(self.paths)
+        self.current: PolicySet = load_policies(self.paths)
+        self.last_error: PolicyError | None = None
+
+    def reload(self) -> bool:
+        """Load the files again; swap in the result, or keep the last good set and say False."""
+        try:
+            fresh = load_policies(self.paths)
+        except PolicyError as exc:
+            self.last_error = exc
+            return False
+        self.current = fresh
+        self.last_error = None
+        return True
+
+    def poll(self) -> ReloadOutcome | None:
+        """One watch tick: reload if any file changed. None when nothing changed."""
+        stats = tuple(_stat(p) for p in self.paths)
+        if stats == self._stats:
+            return None
+        self._stats = stats
+        digest = _digest(self.paths)
+        if digest == self._digest:  # touched, or swapped for identical content
+            return None
+        self._digest = digest
+        return "success" if self.reload() else "error"
+
+    async def watch(self, interval_s: float = 2.0, on_event: ReloadCallback | None = None) -> None:
+        """Poll every `interval_s` seconds until cancelled; report each reload to `on_event`."""
+        while True:
+            await asyncio.sleep(interval_s)
+            outcome = self.poll()
+            if outcome is None or on_event is None:
+                continue
+            try:
+                on_event(outcome, self.last_error if outcome == "error" else None)
+            except Exception:
+                # A broken metrics/logging hook must not stop hot reload.
+                _log.exception("policy_reload_callback_failed")
