@@ -289,6 +289,16 @@ class Audit(_Model):
     include_text: bool = False
 
 
+def _passthrough_entry(entry: str) -> str:
+    _url_path(entry, "passthrough entry")
+    if "*" in entry[:-1]:
+        raise ValueError(f"passthrough entry {entry!r}: '*' is only allowed as the last character")
+    return entry
+
+
+PassthroughEntry = Annotated[str, AfterValidator(_passthrough_entry)]
+
+
 def _default_checks() -> list[CheckName]:
     return [
         "missing_citation",
@@ -304,7 +314,7 @@ class Policy(_Model):
     name: Annotated[str, AfterValidator(_label_safe)]
     mode: Literal["enforce", "shadow"] = "enforce"
     routes: list[Route] = Field(min_length=1)
-    passthrough: list[str] = Field(default_factory=list)
+    passthrough: list[PassthroughEntry] = Field(default_factory=list)
     citations: Citations = Field(default_factory=Citations)
     context: ContextSpec = Field(default_factory=ContextSpec)
     claims: ClaimsSpec = Field(default_factory=ClaimsSpec)
@@ -314,17 +324,6 @@ class Policy(_Model):
     release: Release = Field(default_factory=Release)
     streaming: Streaming = Field(default_factory=Streaming)
     audit: Audit = Field(default_factory=Audit)
-
-    @field_validator("passthrough")
-    @classmethod
-    def _passthrough_paths(cls, value: list[str]) -> list[str]:
-        for entry in value:
-            _url_path(entry, "passthrough entry")
-            if "*" in entry[:-1]:
-                raise ValueError(
-                    f"passthrough entry {entry!r}: '*' is only allowed as the last character"
-                )
-        return value
 
     @model_validator(mode="after")
     def _unique_route_names(self) -> Policy:
