@@ -1,0 +1,335 @@
+"""Logging set-up (structlog JSON lines on stdout), credential redaction, and the audit events:
+one `audit` event per request, plus `review_requested` when an answer is held for review.
+
+Draft text and claim text appear only with `include_text=True`; chunk text never does.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import Iterable, Mapping, MutableMapping
+from typing import Any, Final, Literal, TextIO
+
+import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+from .types import ClaimReport, Decision, Outcome, Report
+
+REDACTED: Final = "[redacted]"
+SENSITIVE_HEADERS: Final = frozenset(
+    {"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie", "set-cookie"}
+)
+# Key names that hold credentials whatever their container: `upstream_token`, `client_secret`,
+# `password`, `openai_api_key`, ...
+SENSITIVE_KEY_PATTERN: Final = r"token|secret|passw(?:or)?d|api[-_]?key|credential"
+
+AUDIT_EVENTS: Final = frozenset({"audit", "review_requested"})
+_CITED_ID_MAX: Final = 128
+_MEMO_MAX: Final = 4096
+_SCALARS: Final = (str, int, float, bool, type(None))
+
+
+class Redactor:
+    """A structlog processor that masks credentials anywhere in an event dict.
+
+    A value is masked when its key is a credential header (`authorization`, `x-api-key`,
+    `cookie`, `proxy-authorization`, ...) or matches `key_pattern`, at any depth: nested
+    mappings, lists, and header lists of (name, value) pairs (ASGI raw headers included).
+    Nested containers are copied, never changed in place: they may be the proxy's own objects.
+    """
+
+    def __init__(
+        self,
+        headers: Iterable[str] = SENSITIVE_HEADERS,
+        key_pattern: str = SENSITIVE_KEY_PATTERN,
+    ) -> None:
+        self._headers = frozenset(h.lower().replace("_", "-") for h in headers)
+        self._pattern = re.compile(key_pattern, re.IGNORECASE)
+        # Events reuse a handful of key names, so the verdict per key is memoised.
+        self._memo: dict[str, bool] = {}
+
+    def sensitive(self, key: object) -> bool:
+        if isinstance(key, bytes):
+            key = key.decode("latin-1")
+        if not isinstance(key, str):
+            return False
+        hit = self._memo.get(key)
+        if hit is None:
+            norm = key.lower().replace("_", "-")
+            hit = norm in self._headers or self._pattern.search(key) is not None
+            if len(self._memo) < _MEMO_MAX:
+                self._memo[key] = hit
+        return hit
+
+    def redact(self, value: Any) -> Any:
+        """`value` with every credential masked (a copy when anything nested could change)."""
+        if isinstance(value, _SCALARS):
+            return value
+        if isinstance(value, Mapping):
+            return {k: REDACTED if self.sensitive(k) else self.redact(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            out = []
+            for item in value:
+                if (
+                    isinstance(item, tuple)
+                    and len(item) == 2
+                    and isinstance(item[0], str | bytes)
+                    and self.sensitive(item[0])
+                ):
+                    out.append((item[0], REDACTED))
+                else:
+                    out.append(self.redact(item))
+            return tuple(out) if isinstance(value, tuple) else out
+        return value
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        for key, value in event_dict.items():
+            if self.sensitive(key):
+                event_dict[key] = REDACTED
+            elif not isinstance(value, _SCALARS):
+                event_dict[key] = self.redact(value)
+        return event_dict
+
+
+REDACTOR: Final = Redactor()
+
+
+class _LevelFilter:
+    """Drops events below the configured level, except audit events, which are records and
+    not diagnostics: raising the log level must never silence them."""
+
+    def __init__(self, min_level: int) -> None:
+        self._min = min_level
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        level = logging.getLevelName(method_name.upper())
+        if (
+            isinstance(level, int)
+            and level < self._min
+            and event_dict.get("event") not in AUDIT_EVENTS
+        ):
+            raise structlog.DropEvent
+        return event_dict
+
+
+_installed: tuple[logging.Handler, int] | None = None
+
+
+def _level(level: str | int) -> int:
+    if isinstance(level, int):
+        return level
+    value = logging.getLevelName(level.upper())
+    if not isinstance(value, int):
+        raise ValueError(f"unknown log level: {level!r}")
+    return value
+
+
+def configure_logging(stream: TextIO | None = None, level: str | int = "info") -> None:
+    """Send structlog events, and stdlib logging records (uvicorn, aiohttp), to `stream`
+    (default: stdout) as redacted JSON lines. Calling it again replaces the previous set-up."""
+    reset_logging()
+    global _installed
+    out = sys.stdout if stream is None else stream
+    min_level = _level(level)
+    stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    tail: list[Processor] = [
+        structlog.processors.format_exc_info,
+        REDACTOR,
+        structlog.processors.JSONRenderer(),
+    ]
+    head: list[Processor] = [structlog.contextvars.merge_contextvars]
+    if min_level > logging.INFO:
+        head.append(_LevelFilter(min_level))
+    structlog.configure(
+        processors=[*head, structlog.processors.add_log_level, stamp, *tail],
+        # Below info, calls are no-ops; above it _LevelFilter decides so audit events survive.
+        wrapper_class=structlog.make_filtering_bound_logger(min(min_level, logging.INFO)),
+        logger_factory=structlog.WriteLoggerFactory(file=out),
+        # Caching would pin loggers to this configuration; tests and reloads reconfigure.
+        cache_logger_on_first_use=False,
+    )
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.contextvars.merge_contextvars,
+                structlog.stdlib.add_logger_name,
+                structlog.stdlib.add_log_level,
+                stamp,
+            ],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *tail],
+        )
+    )
+    root = logging.getLogger()
+    _installed = (handler, root.level)
+    root.addHandler(handler)
+    root.setLevel(min_level)
+
+
+def reset_logging() -> None:
+    """Undo configure_logging: structlog defaults, and the root logger as it was."""
+    global _installed
+    structlog.reset_defaults()
+    if _installed is not None:
+        handler, previous = _installed
+        root = logging.getLogger()
+        root.removeHandler(handler)
+        root.setLevel(previous)
+        _installed = None
+
+
+# --------------------------------------------------------------------------------------------
+# Audit events
+# --------------------------------------------------------------------------------------------
+
+
+def _ms(seconds_ms: float | None) -> float | None:
+    return None if seconds_ms is None else round(seconds_ms, 3)
+
+
+def _claim(c: ClaimReport, include_text: bool) -> dict[str, object]:
+    entry: dict[str, object] = {
+        "index": c.claim.index,
+        "verdict": c.verdict,
+        "reason": c.reason if c.verdict == "failed" else c.error_kind,
+        # Ids are written by the model: bounded so a runaway marker cannot bloat the log.
+        "cited": [cit.id[:_CITED_ID_MAX] for cit in c.claim.citations],
+    }
+    if c.check is not None:
+        entry["check"] = c.check
+    if include_text:
+        entry["text"] = c.claim.text
+        # Details are meant to be text-free, but they are written by many checks: gate them.
+        if c.detail:
+            entry["detail"] = c.detail
+    return entry
+
+
+def _reasons(problems: Iterable[ClaimReport]) -> list[str]:
+    seen: dict[str, None] = {}
+    for c in problems:
+        r = c.reason if c.verdict == "failed" else c.error_kind
+        seen.setdefault(r or "unknown", None)
+    return list(seen)
+
+
+def _problems(report: Report | None) -> list[ClaimReport]:
+    if report is None:
+        return []
+    return [c for c in report.claims if c.verdict in ("failed", "errored")]
+
+
+def _emit(event: str, fields: MutableMapping[str, object], extra: Mapping[str, object]) -> None:
+    # Extra fields come from the proxy (method, upstream status, headers, ...): they are
+    # redacted here too, so a pipeline without the Redactor (tests, a custom set-up) stays safe.
+    for key, value in extra.items():
+        if key not in fields:
+            fields[key] = REDACTED if REDACTOR.sensitive(key) else REDACTOR.redact(value)
+    structlog.get_logger().info(event, **fields)
+    fields["event"] = event
+
+
+def audit_event(
+    *,
+    request_id: str,
+    route: str,
+    policy: str,
+    status: int,
+    report: Report | None = None,
+    outcome: Outcome | None = None,
+    decision: Decision | str | None = None,
+    reason: str | None = None,
+    streaming: bool = False,
+    mode: Literal["enforce", "shadow"] = "enforce",
+    upstream_ms: float | None = None,
+    verification_ms: float | None = None,
+    total_ms: float | None = None,
+    include_text: bool = False,
+    draft: str | None = None,
+    **extra: object,
+) -> dict[str, object]:
+    """Emit the one `audit` event of a request and return its fields.
+
+    `policy` is `name@version`. `outcome` is the release decision of a verified answer; for a
+    request that was not verified (passthrough, refused, upstream error) pass `decision`
+    ("passthrough", "refused", "error") and `reason` instead. In shadow mode `decision` is what
+    the client got ("released": the upstream answer was forwarded) and `shadow_decision` what
+    enforce mode would have done. `verification_ms` defaults to the report's own timing.
+    `draft` (the upstream's answer text) and claim texts are recorded only with `include_text`.
+    """
+    if outcome is not None:
+        computed = outcome.decision.value
+        reason = outcome.reason
+        claim_index = outcome.claim_index
+    elif decision is not None:
+        computed = decision.value if isinstance(decision, Decision) else decision
+        claim_index = None
+    else:
+        raise ValueError("audit_event needs an outcome or a decision")
+    served = computed
+    if isinstance(decision, Decision | str) and outcome is not None:
+        served = decision.value if isinstance(decision, Decision) else decision
+    elif mode == "shadow" and outcome is not None:
+        served = Decision.RELEASED.value
+    problems = _problems(report)
+    reasons = _reasons(problems)
+    if not reasons and reason is not None:
+        reasons = [reason]
+    if verification_ms is None and report is not None:
+        verification_ms = report.seconds * 1000.0
+    fields: dict[str, object] = {
+        "request_id": request_id,
+        "route": route,
+        "policy": policy,
+        "mode": mode,
+        "decision": served,
+        "reason": reason,
+        "claim_index": claim_index,
+        "reasons": reasons,
+        "status": status,
+        "streaming": streaming,
+        "context_fingerprint": report.context_fingerprint if report is not None else None,
+        "claims": [_claim(c, include_text) for c in report.claims] if report is not None else [],
+        "timings": {
+            "upstream_ms": _ms(upstream_ms),
+            "verification_ms": _ms(verification_ms),
+            "total_ms": _ms(total_ms),
+        },
+    }
+    if mode == "shadow":
+        fields["shadow_decision"] = computed
+    if include_text and draft is not None:
+        fields["draft"] = draft
+    _emit("audit", fields, extra)
+    return fields
+
+
+def review_requested(
+    *,
+    request_id: str,
+    route: str,
+    policy: str,
+    report: Report,
+    include_text: bool = False,
+    draft: str | None = None,
+    **extra: object,
+) -> dict[str, object]:
+    """Emit `review_requested` for an answer held for review (Decision.REVIEW) and return its
+    fields: the failing / errored claims with their reasons; their text only with
+    `include_text`."""
+    problems = _problems(report)
+    fields: dict[str, object] = {
+        "request_id": request_id,
+        "route": route,
+        "policy": policy,
+        "claim_indices": [c.claim.index for c in problems],
+        "reasons": _reasons(problems),
+        "claims": [_claim(c, include_text) for c in problems],
+        "context_fingerprint": report.context_fingerprint,
+    }
+    if include_text and draft is not None:
+        fields["draft"] = draft
+    _emit("review_requested", fields, extra)
+    return fields

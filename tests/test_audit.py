@@ -1,0 +1,332 @@
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+from gateway.audit import (
+    REDACTED,
+    Redactor,
+    audit_event,
+    configure_logging,
+    reset_logging,
+    review_requested,
+)
+from gateway.types import Citation, Claim, ClaimReport, Decision, Outcome, Report
+
+DRAFT = "The Zorblax reactor output rose 73% in 2023 [doc:1]. It is run by Quentin Marsh [doc:9]."
+CREDENTIAL = "Bearer sk-live-5f0c1d2e3b4a"
+CHUNK_TEXT = "Zorblax reactor quarterly output rose 73 percent"
+
+
+def blocked_report() -> tuple[Report, Outcome]:
+    c0 = Claim(0, 0, DRAFT[:53], 0, 53, citations=(Citation("doc:1", "[doc:1]", 46, 53),))
+    c1 = Claim(1, 0, DRAFT[54:], 54, len(DRAFT), citations=(Citation("doc:9", "[doc:9]", 80, 87),))
+    report = Report(
+        claims=(
+            ClaimReport(c0, "verified"),
+            ClaimReport(
+                c1,
+                "failed",
+                reason="hallucinated_citation",
+                check="hallucinated_citation",
+                detail="id not in context",
+            ),
+        ),
+        context_fingerprint="ab" * 32,
+        seconds=0.00042,
+    )
+    return report, Outcome(Decision.BLOCKED, reason="hallucinated_citation", claim_index=1)
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> Iterator[None]:
+    yield
+    reset_logging()
+
+
+def emit_blocked(include_text: bool) -> dict[str, object]:
+    report, outcome = blocked_report()
+    return audit_event(
+        request_id="req-1",
+        route="chat",
+        policy="support-bot@1234abcd",
+        status=422,
+        report=report,
+        outcome=outcome,
+        upstream_ms=812.4567,
+        total_ms=815.0,
+        include_text=include_text,
+        draft=DRAFT,
+        method="POST",
+        request_headers={"Authorization": CREDENTIAL, "user-agent": "sdk/1.0"},
+    )
+
+
+def test_audit_event_fields() -> None:
+    with capture_logs() as events:
+        returned = emit_blocked(include_text=False)
+    assert len(events) == 1
+    e = events[0]
+    assert e["event"] == "audit" and e["log_level"] == "info"
+    assert e["request_id"] == "req-1"
+    assert e["route"] == "chat"
+    assert e["policy"] == "support-bot@1234abcd"
+    assert e["mode"] == "enforce"
+    assert "shadow_decision" not in e
+    assert e["decision"] == "blocked"
+    assert e["reason"] == "hallucinated_citation"
+    assert e["claim_index"] == 1
+    assert e["reasons"] == ["hallucinated_citation"]
+    assert e["status"] == 422
+    assert e["streaming"] is False
+    assert e["context_fingerprint"] == "ab" * 32
+    assert e["claims"] == [
+        {"index": 0, "verdict": "verified", "reason": None, "cited": ["doc:1"]},
+        {
+            "index": 1,
+            "verdict": "failed",
+            "reason": "hallucinated_citation",
+            "cited": ["doc:9"],
+            "check": "hallucinated_citation",
+        },
+    ]
+    assert e["timings"] == {"upstream_ms": 812.457, "verification_ms": 0.42, "total_ms": 815.0}
+    assert e["method"] == "POST"
+    assert e["request_headers"] == {"Authorization": REDACTED, "user-agent": "sdk/1.0"}
+    assert returned["event"] == "audit"
+    assert returned["decision"] == "blocked"
+
+
+def test_blocked_draft_and_credential_never_logged() -> None:
+    with capture_logs() as events:
+        emit_blocked(include_text=False)
+        review_requested(
+            request_id="req-1",
+            route="chat",
+            policy="p@v",
+            report=blocked_report()[0],
+            draft=DRAFT,
+            authorization=CREDENTIAL,
+        )
+    dumped = json.dumps(events)
+    assert events and "Zorblax" not in dumped and "Quentin" not in dumped
+    assert "sk-live" not in dumped
+    assert CHUNK_TEXT not in dumped
+    assert "id not in context" not in dumped  # check details are gated with the text
+
+
+def test_include_text_records_text_but_never_the_credential() -> None:
+    with capture_logs() as events:
+        emit_blocked(include_text=True)
+    e = events[0]
+    assert e["draft"] == DRAFT
+    claims = e["claims"]
+    assert isinstance(claims, list)
+    assert [c["text"] for c in claims] == [DRAFT[:53], DRAFT[54:]]
+    assert claims[1]["detail"] == "id not in context"
+    assert "sk-live" not in json.dumps(events)
+
+
+def test_shadow_mode_records_served_and_shadow_decision() -> None:
+    report, outcome = blocked_report()
+    with capture_logs() as events:
+        audit_event(
+            request_id="r",
+            route="chat",
+            policy="p@v",
+            status=200,
+            report=report,
+            outcome=outcome,
+            mode="shadow",
+            streaming=True,
+        )
+    e = events[0]
+    assert e["mode"] == "shadow"
+    assert e["decision"] == "released"
+    assert e["shadow_decision"] == "blocked"
+    assert e["streaming"] is True
+    assert e["reason"] == "hallucinated_citation"
+
+
+def test_unverified_request_and_errored_claims() -> None:
+    with capture_logs() as events:
+        audit_event(
+            request_id="r2",
+            route="unrouted",
+            policy="p@v",
+            status=504,
+            decision="error",
+            reason="upstream_timeout",
+            total_ms=30000.0,
+        )
+        claim = Claim(0, 0, "x", 0, 1)
+        report = Report(
+            (ClaimReport(claim, "errored", error_kind="timeout", check="support"),), "f"
+        )
+        audit_event(
+            request_id="r3",
+            route="kb",
+            policy="p@v",
+            status=200,
+            report=report,
+            outcome=Outcome(Decision.ABSTAINED, reason="timeout", claim_index=0),
+            verification_ms=1500.0,
+        )
+    e, f = events
+    assert e["decision"] == "error"
+    assert e["reasons"] == ["upstream_timeout"]
+    assert e["claims"] == [] and e["context_fingerprint"] is None
+    assert e["timings"] == {"upstream_ms": None, "verification_ms": None, "total_ms": 30000.0}
+    assert f["decision"] == "abstained"
+    assert f["reasons"] == ["timeout"]
+    assert f["claims"] == [
+        {"index": 0, "verdict": "errored", "reason": "timeout", "cited": [], "check": "support"}
+    ]
+    assert f["timings"]["verification_ms"] == 1500.0
+
+
+def test_audit_event_needs_a_decision() -> None:
+    with pytest.raises(ValueError):
+        audit_event(request_id="r", route="chat", policy="p@v", status=200)
+
+
+def test_review_requested_event() -> None:
+    report, _ = blocked_report()
+    with capture_logs() as events:
+        review_requested(request_id="r", route="chat", policy="p@v", report=report)
+        review_requested(
+            request_id="r",
+            route="chat",
+            policy="p@v",
+            report=report,
+            include_text=True,
+            draft=DRAFT,
+        )
+    plain, texty = events
+    assert plain["event"] == "review_requested"
+    assert plain["claim_indices"] == [1]
+    assert plain["reasons"] == ["hallucinated_citation"]
+    assert plain["claims"] == [
+        {
+            "index": 1,
+            "verdict": "failed",
+            "reason": "hallucinated_citation",
+            "cited": ["doc:9"],
+            "check": "hallucinated_citation",
+        }
+    ]
+    assert "draft" not in plain
+    assert texty["draft"] == DRAFT
+    assert texty["claims"][0]["text"] == DRAFT[54:]
+
+
+def test_redactor_masks_nested_headers_and_credential_keys() -> None:
+    r = Redactor()
+    headers = {"X-Api-Key": "k1", "Cookie": "c=1", "accept": "json"}
+    event = {
+        "event": "upstream_request",
+        "headers": headers,
+        "raw_headers": [(b"authorization", b"Bearer a"), (b"host", b"h")],
+        "pairs": [("Proxy-Authorization", "Basic b"), ("x", "y")],
+        "nested": {"deeper": [{"client_secret": "s", "ok": 1}], "upstream_token": "t"},
+        "password": "p",
+        "OPENAI_API_KEY": "sk",
+        "count": 3,
+    }
+    out = r(None, "info", event)
+    assert out == {
+        "event": "upstream_request",
+        "headers": {"X-Api-Key": REDACTED, "Cookie": REDACTED, "accept": "json"},
+        "raw_headers": [(b"authorization", REDACTED), (b"host", b"h")],
+        "pairs": [("Proxy-Authorization", REDACTED), ("x", "y")],
+        "nested": {"deeper": [{"client_secret": REDACTED, "ok": 1}], "upstream_token": REDACTED},
+        "password": REDACTED,
+        "OPENAI_API_KEY": REDACTED,
+        "count": 3,
+    }
+    assert headers["X-Api-Key"] == "k1"  # the caller's object is left alone
+
+
+def test_redactor_as_a_capture_processor() -> None:
+    with capture_logs(processors=[Redactor()]) as events:
+        structlog.get_logger().info("upstream_request", headers={"authorization": CREDENTIAL})
+    assert "sk-live" not in json.dumps(events)
+
+
+def test_configured_output_is_redacted_json_lines() -> None:
+    out = io.StringIO()
+    configure_logging(stream=out, level="info")
+    structlog.contextvars.bind_contextvars(request_id="req-9")
+    try:
+        log = structlog.get_logger()
+        log.debug("noise")
+        log.info("upstream_request", headers={"Authorization": CREDENTIAL}, path="/v1/x")
+        emit_blocked(include_text=False)
+        logging.getLogger("uvicorn.error").warning("stdlib %s", "record", extra={})
+        logging.getLogger("aiohttp").info("pool %s", "ready")
+    finally:
+        structlog.contextvars.clear_contextvars()
+    lines = out.getvalue().splitlines()
+    events = [json.loads(line) for line in lines]
+    assert [e["event"] for e in events] == [
+        "upstream_request",
+        "audit",
+        "stdlib record",
+        "pool ready",
+    ]
+    assert all(e["request_id"] == "req-9" for e in events[:1])
+    assert events[0]["headers"] == {"Authorization": REDACTED}
+    assert events[0]["level"] == "info" and "timestamp" in events[0]
+    assert events[1]["request_id"] == "req-1"  # the explicit field wins over the bound one
+    assert events[2]["level"] == "warning" and events[2]["logger"] == "uvicorn.error"
+    assert "sk-live" not in out.getvalue()
+    assert "Zorblax" not in out.getvalue()
+
+
+def test_include_text_through_configured_output() -> None:
+    out = io.StringIO()
+    configure_logging(stream=out)
+    emit_blocked(include_text=True)
+    (event,) = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert event["draft"] == DRAFT
+    assert "sk-live" not in out.getvalue()
+
+
+def test_raised_level_keeps_audit_events() -> None:
+    out = io.StringIO()
+    configure_logging(stream=out, level="error")
+    log = structlog.get_logger()
+    log.info("dropped")
+    log.warning("dropped too")
+    log.error("kept")
+    emit_blocked(include_text=False)
+    logging.getLogger("x").warning("dropped stdlib")
+    assert [json.loads(line)["event"] for line in out.getvalue().splitlines()] == ["kept", "audit"]
+
+
+def test_reconfigure_and_reset() -> None:
+    first, second = io.StringIO(), io.StringIO()
+    root = logging.getLogger()
+    handlers_before = list(root.handlers)
+    configure_logging(stream=first)
+    configure_logging(stream=second)
+    structlog.get_logger().info("once")
+    logging.getLogger("y").warning("std")
+    assert first.getvalue() == ""
+    assert len(second.getvalue().splitlines()) == 2
+    reset_logging()
+    assert root.handlers == handlers_before
+    with capture_logs() as events:
+        structlog.get_logger().info("captured")
+    assert events == [{"event": "captured", "log_level": "info"}]
+
+
+def test_unknown_level_is_rejected() -> None:
+    with pytest.raises(ValueError):
+        configure_logging(stream=io.StringIO(), level="chatty")
