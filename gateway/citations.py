@@ -147,9 +147,9 @@ class CitationParser:
     def _bracket(self, body: str, offset: int) -> tuple[Citation, ...]:
         fmt = self._format
         if fmt == "doc-chunk":
-            if ":" not in body or _URL.match(body) or not _COLON_SHAPE.search(body):
-                if not (":" in body and forbidden_char(body)):
-                    return ()
+            shaped = ":" in body and not _URL.match(body) and _COLON_SHAPE.search(body)
+            if not shaped and not (":" in body and forbidden_char(body)):
+                return ()
             return tuple(_doc_chunk_part(p, s, e) for p, s, e in _split_parts(body, offset))
         if fmt == "numeric":
             if not _NUMERIC_BODY.match(body) or not _HAS_DIGIT.search(body):

@@ -7,9 +7,9 @@ claim still open is held.
 Rules:
 
 * A claim is a sentence or a list item (``-``, ``*``, ``+``, ``1.``, ``1)``); the list marker is
-  not part of the claim. Headings (``#``) and fenced code blocks (``` / ~~~) are not claims, and
-  they, thematic breaks (``---``), blank lines and list items end the claim before them. A single newline inside a
-  paragraph does not.
+  not part of the claim. Headings (``#``) and fenced code blocks (``` / ~~~) are not claims;
+  they, thematic breaks (``---``), blank lines and list items end the claim before them. A
+  single newline inside a paragraph does not.
 * A sentence ends at ``.``, ``!``, ``?`` or ``…`` (plus closing quotes / parentheses) followed
   by whitespace, unless the next text starts with a lowercase letter or the word before a single
   ``.`` is an abbreviation (``e.g.``, ``Dr.``, ``Sec.``), an initial (``J.``) or dotted initials
@@ -56,14 +56,13 @@ _DOTTED_INITIALS = re.compile(r"^(?:[A-Za-z]\.)+[A-Za-z]$|^[A-Z]$")
 _LEADING_PUNCT = "(\"'“‘[*_"
 
 # Lowercased words that a single "." after them does not end a sentence.
-ABBREVIATIONS = frozenset(
-    """
+_ABBREVIATIONS_WORDS = """
     e.g i.e etc cf vs al approx ca dr mr mrs ms prof sr jr st mt sec secs fig figs eq eqs
     no nos vol vols pp p ch chap art ref refs dept est inc ltd co corp jan feb mar apr jun
     jul aug sep sept oct nov dec mon tue wed thu fri sat sun min max avg gen col lt sgt
     rev ed eds op viz approx incl excl resp
-    """.split()
-)
+    """
+ABBREVIATIONS = frozenset(_ABBREVIATIONS_WORDS.split())
 
 _IN, _AFTER = 0, 1  # open-claim states: inside the sentence / after its terminator
 

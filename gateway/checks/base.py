@@ -1,0 +1,113 @@
+"""The check protocols, and helpers every check family shares (cited chunks, claim body).
+
+A sync check is pure and local; an async check may call a remote service under a deadline.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from gateway.types import CheckResult, Chunk, Claim, ContextSet
+
+__all__ = ["AnyCheck", "AsyncCheck", "Check", "cited_chunks", "claim_body", "run_safely"]
+
+
+@runtime_checkable
+class Check(Protocol):
+    """A deterministic check of one claim against the context."""
+
+    @property
+    def name(self) -> str: ...
+
+    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult: ...
+
+
+@runtime_checkable
+class AsyncCheck(Protocol):
+    """A remote check (an LLM judge) over a batch of claims.
+
+    `deadline` is an absolute `time.monotonic()` value. It returns one result per claim, in
+    order; the verifier also enforces the deadline and turns overruns into error("timeout").
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    async def run_batch(
+        self, claims: Sequence[Claim], ctx: ContextSet, deadline: float
+    ) -> list[CheckResult]: ...
+
+
+AnyCheck = Check | AsyncCheck
+
+
+def run_safely(check: Check, claim: Claim, ctx: ContextSet) -> CheckResult:
+    """Run a sync check; a crash becomes error("crash"), never an exception or a pass."""
+    try:
+        result = check.run(claim, ctx)
+    except Exception as exc:  # a check bug must not release an unverified claim
+        return CheckResult.error(check.name, "crash", type(exc).__name__)
+    if not isinstance(result, CheckResult):
+        return CheckResult.error(check.name, "crash", "check returned no CheckResult")
+    return result
+
+
+def claim_body(claim: Claim) -> str:
+    """The claim text with its citation markers blanked out (same length, offsets kept)."""
+    text = claim.text
+    marked = [c for c in claim.citations if c.start >= 0]
+    if not marked:
+        return text
+    origin = max(claim.start, 0)
+    parts: list[str] = []
+    pos = 0
+    for c in sorted(marked, key=lambda c: c.start):
+        s, e = c.start - origin, c.end - origin
+        if s < pos or e > len(text):
+            continue
+        parts.append(text[pos:s])
+        parts.append(" " * (e - s))
+        pos = e
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+def cited_chunks(claim: Claim, ctx: ContextSet) -> tuple[list[Chunk], bool]:
+    """The context chunks a claim's well-formed marker citations resolve to (each once), and
+    whether any of them is known by id only (no text)."""
+    seen: set[str] = set()
+    chunks: list[Chunk] = []
+    textless = False
+    for c in claim.citations:
+        if c.malformed is not None or c.native is not None or c.id in seen:
+            continue
+        seen.add(c.id)
+        chunk = ctx.chunks.get(c.id)
+        if chunk is None:
+            continue
+        if chunk.text is None:
+            textless = True
+        else:
+            chunks.append(chunk)
+    return chunks, textless
+
+
+def source_texts(claim: Claim, ctx: ContextSet) -> tuple[list[str], bool]:
+    """Texts a claim's citations point at: cited chunks' text and native `cited_text`, plus
+    whether some cited source has no text to check against."""
+    chunks, textless = cited_chunks(claim, ctx)
+    texts = [c.text for c in chunks if c.text is not None]
+    texts.extend(c.native.cited_text for c in claim.citations if c.native is not None)
+    return texts, textless
+
+
+_WS = re.compile(r"\s+")
+_QUOTE_MAP = str.maketrans({"“": '"', "”": '"', "„": '"', "‟": '"', "«": '"', "»": '"',
+                            "‘": "'", "’": "'", "‚": "'", "‛": "'", "\u00a0": " "})
+
+
+def normalise(text: str) -> str:
+    """Curly quotes to straight ones, whitespace runs to one space, ends stripped."""
+    return _WS.sub(" ", text.translate(_QUOTE_MAP)).strip()

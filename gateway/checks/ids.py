@@ -1,0 +1,95 @@
+"""Checks on citation ids alone: missing, malformed, hallucinated and stale citations.
+
+They need no chunk text, so they also work with an id-only context.
+"""
+
+from __future__ import annotations
+
+from gateway.types import CheckResult, Citation, Claim, ContextSet, Document, NativeLocation
+
+__all__ = [
+    "HallucinatedCitation",
+    "MalformedCitation",
+    "MissingCitation",
+    "StaleSource",
+    "native_document",
+]
+
+
+class MissingCitation:
+    """A non-exempt claim must carry at least one citation (marker, structured or native)."""
+
+    name = "missing_citation"
+
+    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
+        if claim.exempt or claim.citations:
+            return CheckResult.ok(self.name)
+        return CheckResult.fail(self.name, "missing_citation", "claim has no citation")
+
+
+class MalformedCitation:
+    """Every citation-shaped marker must pass the shape rule."""
+
+    name = "malformed_citation"
+
+    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
+        for c in claim.citations:
+            if c.malformed is not None:
+                return CheckResult.fail(self.name, "malformed_citation", c.malformed)
+        return CheckResult.ok(self.name)
+
+
+def native_document(ctx: ContextSet, loc: NativeLocation) -> Document | None:
+    """The request document or search result a native citation points at, if it exists."""
+    if loc.type == "search_result_location":
+        idx, pool = loc.search_result_index, ctx.search_results
+    else:
+        idx, pool = loc.document_index, ctx.documents
+    if idx is None or idx < 0:
+        return None
+    if idx < len(pool) and pool[idx].index == idx:
+        return pool[idx]
+    return next((d for d in pool if d.index == idx), None)
+
+
+class HallucinatedCitation:
+    """A well-formed id must name a chunk of the context (exact code points); a native
+    citation must point at a document / search result the request carried."""
+
+    name = "hallucinated_citation"
+
+    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
+        for c in claim.citations:
+            if c.malformed is not None:
+                continue
+            if c.native is not None:
+                if native_document(ctx, c.native) is None:
+                    return CheckResult.fail(
+                        self.name, "hallucinated_citation", "native citation index out of range"
+                    )
+            elif c.id not in ctx.chunks:
+                return CheckResult.fail(
+                    self.name, "hallucinated_citation", f"id {c.id!r} is not in the context"
+                )
+        return CheckResult.ok(self.name)
+
+
+def _stale(c: Citation, ctx: ContextSet) -> bool:
+    if c.version is None or c.malformed is not None or c.native is not None:
+        return False
+    chunk = ctx.chunks.get(c.id)
+    return chunk is not None and chunk.version is not None and chunk.version != c.version
+
+
+class StaleSource:
+    """A cited version must equal the context chunk's version (unversioned chunks pass)."""
+
+    name = "stale_source"
+
+    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
+        for c in claim.citations:
+            if _stale(c, ctx):
+                return CheckResult.fail(
+                    self.name, "stale_source", f"id {c.id!r} cited at a different version"
+                )
+        return CheckResult.ok(self.name)

@@ -1,0 +1,107 @@
+"""number_mismatch: every number in a claim must appear, with equal value, in a cited source.
+
+A number is an integer or decimal, with optional sign (only at a word start, so "2019-2021" is
+two positive years), currency symbol, thousands separators ("1,200" == 1200), scale word
+("3.2 million" == 3200000), percent ("80%", "80 percent") and unit ("62.5 kWh"). Values compare
+exactly as decimals (sign included); percent-ness must agree; a known unit on both sides must
+agree (a source number without a unit matches any unit). Years and dates are numbers too.
+Numbers inside citation markers and list numbering are not part of the claim text checked.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+
+from gateway.checks.base import claim_body, source_texts
+from gateway.types import CheckResult, Claim, ContextSet
+
+__all__ = ["NumberMismatch", "Quantity", "numbers_in"]
+
+_SCALES = {
+    "thousand": Decimal(10) ** 3,
+    "million": Decimal(10) ** 6,
+    "mn": Decimal(10) ** 6,
+    "billion": Decimal(10) ** 9,
+    "bn": Decimal(10) ** 9,
+    "trillion": Decimal(10) ** 12,
+}
+_UNITS_WORDS = """
+    wh kwh mwh gwh twh w kw mw gw kv mv ma mah hz khz mhz ghz
+    mm cm m km ft mi nm mg g kg lb lbs oz ml
+    ms s sec min h hr hrs
+    b kb mb gb tb pb kib mib gib tib
+    °c °f
+    """
+_UNITS = frozenset(_UNITS_WORDS.split())
+
+_NUMBER = re.compile(
+    r"(?<![\w.,])"
+    r"(?P<sign>(?<![^\s(\[{])[-−–])?"
+    r"(?P<cur>[$€£¥])?\s?"
+    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+    r"(?![\d])"
+    r"(?:\s?(?P<scale>thousand|million|billion|trillion|mn|bn)\b)?"
+    r"(?:\s?(?P<pct>%|percent\b|per\s+cent\b)|\s?(?P<unit>°[CF]|[A-Za-z]{1,3}\b))?"
+)
+
+# (value, is_percent, unit or "")
+Quantity = tuple[Decimal, bool, str]
+
+
+def numbers_in(text: str) -> list[Quantity]:
+    """The numbers of `text` as exact values with percent-ness and known unit."""
+    out: list[Quantity] = []
+    for m in _NUMBER.finditer(text):
+        try:
+            value = Decimal(m.group("num").replace(",", ""))
+        except InvalidOperation:  # pragma: no cover - the pattern only admits digits
+            continue
+        if m.group("sign"):
+            value = -value
+        scale = m.group("scale")
+        if scale:
+            value *= _SCALES[scale.lower()]
+        unit = (m.group("unit") or "").lower()
+        if unit not in _UNITS:
+            unit = ""
+        out.append((value.normalize(), m.group("pct") is not None, unit))
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _source_numbers(text: str) -> frozenset[Quantity]:
+    return frozenset(numbers_in(text))
+
+
+def _found(q: Quantity, sources: list[frozenset[Quantity]]) -> bool:
+    value, pct, unit = q
+    for nums in sources:
+        if q in nums or (value, pct, "") in nums:
+            return True
+        if not unit and any(v == value and p == pct for v, p, _ in nums):
+            return True
+    return False
+
+
+class NumberMismatch:
+    name = "number_mismatch"
+
+    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
+        wanted = numbers_in(claim_body(claim))
+        if not wanted:
+            return CheckResult.ok(self.name)
+        texts, textless = source_texts(claim, ctx)
+        sources = [_source_numbers(t) for t in texts]
+        for q in wanted:
+            if not _found(q, sources):
+                if textless:
+                    return CheckResult.fail(
+                        self.name, "source_text_unavailable", "a cited chunk has no text"
+                    )
+                shown = f"{q[0]}{'%' if q[1] else ''}{' ' + q[2] if q[2] else ''}"
+                return CheckResult.fail(
+                    self.name, "number_mismatch", f"{shown} is in none of the cited sources"
+                )
+        return CheckResult.ok(self.name)

@@ -1,0 +1,121 @@
+"""quote_mismatch: quoted text in a claim, and native `cited_text`, must be in the cited source.
+
+Quotes checked: straight double quotes and “…” of at least two words, ‘…’ of at least three
+words (a lone ’ is usually an apostrophe). Matching is exact and case-sensitive after
+normalising curly/straight quotes and whitespace; trailing sentence punctuation inside the quote
+is ignored, and an elided quote ("a … b") matches when every fragment is in one source.
+
+Native citations: the document / search result must exist; `char_location` compares
+`cited_text` with `text[start:end]`, `content_block_location` and `search_result_location`
+with the concatenated blocks `[start:end]` (after the same normalisation, since the API trims
+whitespace). `page_location`: the page range must be sane (1-based, non-empty); with the PDF's
+text unknown a non-empty `cited_text` cannot be checked → source_text_unavailable; with
+extracted text, `cited_text` must occur in it.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from gateway.checks.base import claim_body, normalise, source_texts
+from gateway.checks.ids import native_document
+from gateway.types import CheckResult, Claim, ContextSet, NativeLocation
+
+__all__ = ["QuoteMismatch", "quotes_in"]
+
+_DOUBLE = re.compile(r'"([^"\n]+)"|“([^”\n]+)”|«([^»\n]+)»')
+_SINGLE = re.compile(r"(?<!\w)‘([^‘\n]+?)’(?!\w)")
+_ELLIPSIS = re.compile(r"\s*(?:\.\.\.|…|\[\.\.\.\]|\[…\])\s*")
+_TRAIL = ".,;:!?"
+
+
+def quotes_in(text: str) -> list[str]:
+    """The quoted passages of `text` worth checking, normalised."""
+    found: list[str] = []
+    for m in _DOUBLE.finditer(text):
+        q = m.group(1) or m.group(2) or m.group(3) or ""
+        if len(q.split()) >= 2:
+            found.append(q)
+    for m in _SINGLE.finditer(text):
+        if len(m.group(1).split()) >= 3:
+            found.append(m.group(1))
+    return [n for n in (normalise(q).rstrip(_TRAIL).strip() for q in found) if n]
+
+
+@lru_cache(maxsize=4096)
+def _norm_source(text: str) -> str:
+    return normalise(text)
+
+
+def _quote_in(quote: str, sources: list[str]) -> bool:
+    fragments = [f for f in _ELLIPSIS.split(quote) if f]
+    return any(all(f in src for f in fragments) for src in sources)
+
+
+class QuoteMismatch:
+    name = "quote_mismatch"
+
+    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
+        for c in claim.citations:
+            if c.native is not None:
+                problem = self._native(c.native, ctx)
+                if problem is not None:
+                    return problem
+        quotes = quotes_in(claim_body(claim))
+        if not quotes:
+            return CheckResult.ok(self.name)
+        texts, textless = source_texts(claim, ctx)
+        sources = [_norm_source(t) for t in texts]
+        for q in quotes:
+            if not _quote_in(q, sources):
+                if textless:
+                    return CheckResult.fail(
+                        self.name, "source_text_unavailable", "a cited chunk has no text"
+                    )
+                return CheckResult.fail(
+                    self.name, "quote_mismatch", "quoted text is in none of the cited sources"
+                )
+        return CheckResult.ok(self.name)
+
+    def _native(self, loc: NativeLocation, ctx: ContextSet) -> CheckResult | None:
+        doc = native_document(ctx, loc)
+        if doc is None:
+            return CheckResult.fail(self.name, "quote_mismatch", "cited document not in request")
+        cited = normalise(loc.cited_text)
+        start, end = loc.start, loc.end
+        if loc.type == "page_location":
+            if start is None or end is None or start < 1 or end <= start:
+                return CheckResult.fail(self.name, "quote_mismatch", "bad page range")
+            if not cited:
+                return None
+            if doc.text is None:
+                return CheckResult.fail(
+                    self.name, "source_text_unavailable", "pdf text is not available"
+                )
+            if cited not in _norm_source(doc.text):
+                return CheckResult.fail(self.name, "quote_mismatch", "cited_text not in document")
+            return None
+        if loc.type == "char_location":
+            if doc.text is None:
+                if not cited:
+                    return None
+                return CheckResult.fail(
+                    self.name, "source_text_unavailable", "document text is not available"
+                )
+            source: str = doc.text
+            size = len(source)
+        else:
+            size = len(doc.blocks)
+            source = ""
+        if start is None or end is None or not 0 <= start <= end <= size:
+            return CheckResult.fail(self.name, "quote_mismatch", "cited range out of bounds")
+        if loc.type == "char_location":
+            sliced = source[start:end]
+        else:
+            sliced = "".join(doc.blocks[start:end])
+        if normalise(sliced) != cited:
+            return CheckResult.fail(
+                self.name, "quote_mismatch", "cited_text differs from the cited slice"
+            )
+        return None

@@ -1,0 +1,68 @@
+"""unsupported (lexical): a claim's content words must overlap its cited sources enough.
+
+Content words are lowercased word tokens of at least three characters, not stopwords and not
+pure numbers (numbers are number_mismatch's job). Support = |claim words found in the union of
+cited sources| / |claim words|; the claim passes when support >= `policy.support.threshold`. A
+claim without content words passes.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from gateway.checks.base import claim_body, source_texts
+from gateway.types import CheckResult, Claim, ContextSet
+
+__all__ = ["LexicalSupport", "content_words"]
+
+_TOKEN = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+_STOPWORDS_WORDS = """
+    a about above after again against all also am an and any are aren't as at be because been
+    before being below between both but by can cannot could did do does doing don't down during
+    each few for from further had has have having he her here hers herself him himself his how
+    i if in into is isn't it it's its itself just let me more most my myself no nor not now of
+    off on once only or other our ours ourselves out over own same she should so some such than
+    that the their theirs them themselves then there these they this those through to too under
+    until up very was we were what when where which while who whom why will with would you your
+    yours yourself yourselves according per via said says say stated states show shows shown
+    based however therefore thus may might must shall one two three also e.g i.e etc
+    """
+STOPWORDS = frozenset(_STOPWORDS_WORDS.split())
+
+
+def content_words(text: str) -> frozenset[str]:
+    return frozenset(
+        w
+        for w in (t.lower().replace("’", "'") for t in _TOKEN.findall(text))
+        if len(w) >= 3 and w not in STOPWORDS and not w.isdigit()
+    )
+
+
+@lru_cache(maxsize=4096)
+def _source_words(text: str) -> frozenset[str]:
+    return content_words(text)
+
+
+class LexicalSupport:
+    name = "unsupported"
+
+    def __init__(self, threshold: float = 0.5) -> None:
+        self.threshold = threshold
+
+    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
+        words = content_words(claim_body(claim))
+        if not words:
+            return CheckResult.ok(self.name)
+        texts, textless = source_texts(claim, ctx)
+        seen: set[str] = set()
+        for t in texts:
+            seen |= words & _source_words(t)
+        support = len(seen) / len(words)
+        if support >= self.threshold:
+            return CheckResult.ok(self.name)
+        if textless:
+            return CheckResult.fail(
+                self.name, "source_text_unavailable", "a cited chunk has no text"
+            )
+        return CheckResult.fail(self.name, "unsupported", f"lexical support {support:.2f}")
