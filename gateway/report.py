@@ -1,0 +1,172 @@
+"""`citewarden report AUDIT.jsonl`: summarise the gateway's audit events into JSON — decisions,
+failure reasons, rates by route, verification latency percentiles, policies seen.
+
+Other log lines are skipped; lines that are not JSON are counted, never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+TOP_REASONS = 5
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100) by linear interpolation between closest ranks."""
+    if not sorted_values:
+        return None
+    pos = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = math.ceil(pos)
+    value = sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+    return round(value, 3)
+
+
+def _latency(values: list[float]) -> dict[str, float | int | None]:
+    values.sort()
+    return {
+        "count": len(values),
+        "p50": percentile(values, 50),
+        "p95": percentile(values, 95),
+        "p99": percentile(values, 99),
+    }
+
+
+def _rate(n: int, total: int) -> float:
+    return round(n / total, 4) if total else 0.0
+
+
+@dataclass
+class _Tally:
+    requests: int = 0
+    decisions: Counter[str] = field(default_factory=Counter)
+    shadow: Counter[str] = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
+    verification_ms: list[float] = field(default_factory=list)
+
+    def add(self, event: dict[str, Any], decision: str) -> None:
+        self.requests += 1
+        self.decisions[decision] += 1
+        shadow = event.get("shadow_decision")
+        if isinstance(shadow, str):
+            self.shadow[shadow] += 1
+        reasons = event.get("reasons")
+        if isinstance(reasons, list):
+            # Each request counts a reason once, however many of its claims failed for it.
+            self.reasons.update({r for r in reasons if isinstance(r, str)})
+        timings = event.get("timings")
+        if isinstance(timings, dict):
+            ms = timings.get("verification_ms")
+            if isinstance(ms, int | float) and not isinstance(ms, bool) and math.isfinite(ms):
+                self.verification_ms.append(float(ms))
+
+    def summary(self) -> dict[str, object]:
+        n = self.requests
+        out: dict[str, object] = {
+            "requests": n,
+            "decisions": dict(self.decisions.most_common()),
+            "abstention_rate": _rate(self.decisions["abstained"], n),
+            "strip_rate": _rate(self.decisions["partial"], n),
+            "block_rate": _rate(self.decisions["blocked"], n),
+            "review_rate": _rate(self.decisions["review"], n),
+            "top_reasons": [[r, c] for r, c in self.reasons.most_common(TOP_REASONS)],
+            "verification_ms": _latency(self.verification_ms),
+        }
+        if self.shadow:
+            out["shadow_decisions"] = dict(self.shadow.most_common())
+        return out
+
+
+def _parse(line: str) -> object:
+    try:
+        return json.loads(line)
+    except ValueError:
+        # `kubectl logs --timestamps` and some collectors prefix each line: try from the object.
+        brace = line.find("{")
+        if brace <= 0:
+            raise
+        return json.loads(line[brace:])
+
+
+def summarise(lines: Iterable[str]) -> dict[str, object]:
+    """Summarise audit JSONL `lines` (one event per line; blank and non-audit lines skipped)."""
+    overall = _Tally()
+    routes: dict[str, _Tally] = {}
+    policies: set[str] = set()
+    skipped = unparseable = 0
+    for raw in lines:
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            event = _parse(line)
+        except ValueError:
+            unparseable += 1
+            continue
+        if not isinstance(event, dict):
+            unparseable += 1
+            continue
+        if event.get("event") != "audit":
+            skipped += 1
+            continue
+        decision = event.get("decision")
+        if not isinstance(decision, str):
+            unparseable += 1
+            continue
+        route = event.get("route")
+        route = route if isinstance(route, str) else "unknown"
+        overall.add(event, decision)
+        tally = routes.get(route)
+        if tally is None:
+            tally = routes[route] = _Tally()
+        tally.add(event, decision)
+        policy = event.get("policy")
+        if isinstance(policy, str):
+            policies.add(policy)
+
+    total = overall.requests
+    result: dict[str, object] = {
+        "total": total,
+        "decisions": dict(overall.decisions.most_common()),
+        "decision_rates": {d: _rate(c, total) for d, c in overall.decisions.most_common()},
+        "failure_reasons": dict(overall.reasons.most_common()),
+        "verification_ms": _latency(overall.verification_ms),
+        "routes": {name: routes[name].summary() for name in sorted(routes)},
+        "policies": sorted(policies),
+        "skipped_lines": skipped,
+        "unparseable_lines": unparseable,
+    }
+    if overall.shadow:
+        result["shadow_decisions"] = dict(overall.shadow.most_common())
+    return result
+
+
+def run(
+    path: str | os.PathLike[str],
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """`citewarden report PATH` ("-" reads stdin): print the summary as JSON. Exit 0, or 2
+    when the file cannot be read."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    try:
+        if os.fspath(path) == "-":
+            summary = summarise(sys.stdin)
+        else:
+            # A stray undecodable byte must not abort a whole report: it becomes U+FFFD.
+            with open(path, encoding="utf-8", errors="replace") as f:
+                summary = summarise(f)
+    except OSError as e:
+        reason = e.strerror or str(e)
+        err.write(f"citewarden report: cannot read {os.fspath(path)}: {reason}\n")
+        return 2
+    out.write(json.dumps(summary, indent=2) + "\n")
+    return 0
