@@ -1,0 +1,201 @@
+"""Run a policy's checks over the claims of an answer and produce a Report.
+
+A `Verifier` compiles the citation parser, exempt patterns and checks once per policy. Sync
+checks run per claim; async (remote) checks run in `averify` as one batch per check under a
+deadline, where an overrun or crash is an error verdict, never a pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Sequence
+
+from gateway import checks as check_families
+from gateway import policy
+from gateway.checks.base import AnyCheck, AsyncCheck, Check, run_safely
+from gateway.citations import CitationParser
+from gateway.claims import ClaimSegmenter
+from gateway.types import (
+    Answer,
+    Channel,
+    CheckResult,
+    Citation,
+    Claim,
+    ClaimReport,
+    ContextSet,
+    Report,
+    Status,
+)
+
+__all__ = ["Verifier"]
+
+
+def _verified_kinds(p: policy.Policy) -> frozenset[str]:
+    kinds = {"content", "refusal", "transcript"}
+    if p.channels.tool_calls == "verify":
+        kinds.add("tool_arguments")
+    if p.channels.reasoning == "verify":
+        kinds.add("reasoning")
+    return frozenset(kinds)
+
+
+class Verifier:
+    """Claims and verification for one policy; safe to share across requests."""
+
+    def __init__(self, p: policy.Policy, checks: Sequence[AnyCheck] | None = None) -> None:
+        self.policy = p
+        self.parser = CitationParser(p.citations)
+        self._exempt = [re.compile(x) for x in p.claims.exempt]
+        self._kinds = _verified_kinds(p)
+        self.checks: list[AnyCheck] = list(check_families.build(p) if checks is None else checks)
+        self._sync: dict[int, Check] = {}
+        self._remote: list[tuple[int, AsyncCheck]] = []
+        for i, c in enumerate(self.checks):
+            if isinstance(c, AsyncCheck):
+                self._remote.append((i, c))
+            elif isinstance(c, Check):
+                self._sync[i] = c
+            else:
+                raise TypeError(f"{c!r} is neither a sync nor an async check")
+
+    # -- claims ------------------------------------------------------------------------------
+
+    def verifies(self, channel: Channel) -> bool:
+        return channel.kind in self._kinds
+
+    def segmenter(self) -> ClaimSegmenter:
+        """A fresh incremental segmenter with this policy's citation format and exemptions."""
+        return ClaimSegmenter(self.parser, self._exempt)
+
+    def claims(self, answer: Answer) -> list[Claim]:
+        """Every claim of the channels this policy verifies, indexed across the answer."""
+        out: list[Claim] = []
+        for ci, channel in enumerate(answer.channels):
+            if not self.verifies(channel):
+                continue
+            if channel.structured is not None:
+                out.extend(self._structured(ci, channel, len(out)))
+                continue
+            seg = self.segmenter()
+            for s in seg.feed(channel.text) + seg.finish():
+                cits = s.citations + _native_for(channel, s.start, s.end)
+                out.append(Claim(len(out), ci, s.text, s.start, s.end, cits, s.exempt))
+        return out
+
+    def _structured(self, ci: int, channel: Channel, first: int) -> list[Claim]:
+        out: list[Claim] = []
+        cursor = 0
+        for text, ids in channel.structured or ():
+            at = channel.text.find(text, cursor) if text else -1
+            start, end = (at, at + len(text)) if at >= 0 else (-1, -1)
+            if at >= 0:
+                cursor = end
+            cits: list[Citation] = []
+            for raw in ids:
+                cid, sep, version = raw.rpartition("@")
+                if not sep or not cid:
+                    cid, version = raw, ""
+                cits.append(Citation(id=cid, raw=raw, version=version or None))
+            cits.extend(self.parser.find(text, base=max(start, 0)))
+            if at >= 0:
+                cits.extend(_native_for(channel, start, end))
+            exempt = any(p.search(text) for p in self._exempt)
+            out.append(Claim(first + len(out), ci, text, start, end, tuple(cits), exempt))
+        return out
+
+    # -- verification ------------------------------------------------------------------------
+
+    def verify(self, answer: Answer, ctx: ContextSet) -> Report:
+        t0 = time.perf_counter()
+        reports = self.verify_claims(self.claims(answer), ctx)
+        return Report(tuple(reports), ctx.fingerprint, time.perf_counter() - t0)
+
+    def verify_claims(self, claims: Sequence[Claim], ctx: ContextSet) -> list[ClaimReport]:
+        """Sync verification; an async check in the policy cannot run here and is an error."""
+        pending = {
+            i: [
+                CheckResult.error(c.name, "async_unavailable", "remote check needs averify")
+                for _ in claims
+            ]
+            for i, c in self._remote
+        }
+        return [self._decide(k, claim, ctx, pending) for k, claim in enumerate(claims)]
+
+    async def averify(self, answer: Answer, ctx: ContextSet, deadline_s: float) -> Report:
+        t0 = time.perf_counter()
+        reports = await self.averify_claims(self.claims(answer), ctx, deadline_s)
+        return Report(tuple(reports), ctx.fingerprint, time.perf_counter() - t0)
+
+    async def averify_claims(
+        self, claims: Sequence[Claim], ctx: ContextSet, deadline_s: float
+    ) -> list[ClaimReport]:
+        """Verification with async checks, each one batch over the non-exempt claims."""
+        deadline = time.monotonic() + deadline_s
+        todo = [c for c in claims if not c.exempt]
+        results = await asyncio.gather(
+            *(_run_batch(c, todo, ctx, deadline) for _, c in self._remote)
+        )
+        pending: dict[int, list[CheckResult]] = {}
+        for (i, check), batch in zip(self._remote, results, strict=True):
+            by_claim = dict(zip((c.index for c in todo), batch, strict=True))
+            # Exempt claims are decided before any check result is read.
+            missing = CheckResult.error(check.name, "not_run")
+            pending[i] = [by_claim.get(c.index, missing) for c in claims]
+        return [self._decide(k, claim, ctx, pending) for k, claim in enumerate(claims)]
+
+    def _decide(
+        self, k: int, claim: Claim, ctx: ContextSet, pending: dict[int, list[CheckResult]]
+    ) -> ClaimReport:
+        if claim.exempt:
+            return ClaimReport(claim, "exempt")
+        for i in range(len(self.checks)):
+            r = pending[i][k] if i in pending else run_safely(self._sync[i], claim, ctx)
+            match r.status:
+                case Status.PASS:
+                    continue
+                case Status.FAIL:
+                    return ClaimReport(claim, "failed", reason=r.reason, check=r.check,
+                                       detail=r.detail)
+                case Status.ERROR:
+                    return ClaimReport(claim, "errored", error_kind=r.kind, check=r.check,
+                                       detail=r.detail)
+        return ClaimReport(claim, "verified")
+
+
+async def _run_batch(
+    check: AsyncCheck, claims: Sequence[Claim], ctx: ContextSet, deadline: float
+) -> list[CheckResult]:
+    """One async check over a batch; timeout, crash or a short answer become errors."""
+    if not claims:
+        return []
+    remaining = deadline - time.monotonic()
+    try:
+        if remaining <= 0:
+            raise TimeoutError
+        async with asyncio.timeout(remaining):
+            results = await check.run_batch(claims, ctx, deadline)
+    except TimeoutError:
+        return [CheckResult.error(check.name, "timeout", "deadline passed") for _ in claims]
+    except Exception as exc:  # a remote check failure must never pass a claim
+        return [CheckResult.error(check.name, "crash", type(exc).__name__) for _ in claims]
+    if (
+        not isinstance(results, list)
+        or len(results) != len(claims)
+        or not all(isinstance(r, CheckResult) for r in results)
+    ):
+        return [CheckResult.error(check.name, "crash", "bad batch result") for _ in claims]
+    return results
+
+
+def _native_for(channel: Channel, start: int, end: int) -> tuple[Citation, ...]:
+    """Native citations whose span overlaps [start, end) (empty spans count at their point)."""
+    if not channel.native:
+        return ()
+    return tuple(
+        c
+        for s, e, c in channel.native
+        if (s < end and e > start) or (s == e and start <= s <= end)
+    )
+
