@@ -28,7 +28,15 @@ SENSITIVE_KEY_PATTERN: Final = r"token|secret|passw(?:or)?d|api[-_]?key|credenti
 AUDIT_EVENTS: Final = frozenset({"audit", "review_requested"})
 _CITED_ID_MAX: Final = 128
 _MEMO_MAX: Final = 4096
-_SCALARS: Final = (str, int, float, bool, type(None))
+_PLAIN: Final = frozenset({str, int, float, bool, type(None), bytes})
+
+
+class _Vetted(list[Any]):
+    """A list this module built from typed values under keys it chose: nothing to redact."""
+
+
+class _VettedDict(dict[str, Any]):
+    """A mapping this module built from typed values under keys it chose: nothing to redact."""
 
 
 class Redactor:
@@ -38,6 +46,7 @@ class Redactor:
     `cookie`, `proxy-authorization`, ...) or matches `key_pattern`, at any depth: nested
     mappings, lists, and header lists of (name, value) pairs (ASGI raw headers included).
     Nested containers are copied, never changed in place: they may be the proxy's own objects.
+    Note that `*token*` keys are masked even when they hold counts: log usage as `usage`.
     """
 
     def __init__(
@@ -48,34 +57,38 @@ class Redactor:
         self._headers = frozenset(h.lower().replace("_", "-") for h in headers)
         self._pattern = re.compile(key_pattern, re.IGNORECASE)
         # Events reuse a handful of key names, so the verdict per key is memoised.
-        self._memo: dict[str, bool] = {}
+        self._memo: dict[object, bool] = {}
 
     def sensitive(self, key: object) -> bool:
-        if isinstance(key, bytes):
-            key = key.decode("latin-1")
-        if not isinstance(key, str):
-            return False
         hit = self._memo.get(key)
         if hit is None:
-            norm = key.lower().replace("_", "-")
-            hit = norm in self._headers or self._pattern.search(key) is not None
+            hit = self._classify(key)
             if len(self._memo) < _MEMO_MAX:
                 self._memo[key] = hit
         return hit
 
+    def _classify(self, key: object) -> bool:
+        if isinstance(key, bytes):
+            key = key.decode("latin-1")
+        if not isinstance(key, str):
+            return False
+        norm = key.lower().replace("_", "-")
+        return norm in self._headers or self._pattern.search(key) is not None
+
     def redact(self, value: Any) -> Any:
         """`value` with every credential masked (a copy when anything nested could change)."""
-        if isinstance(value, _SCALARS):
+        t = type(value)
+        if t in _PLAIN or t is _Vetted or t is _VettedDict:
             return value
-        if isinstance(value, Mapping):
+        if t is dict or isinstance(value, Mapping):
             return {k: REDACTED if self.sensitive(k) else self.redact(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
+        if t is list or t is tuple or isinstance(value, list | tuple):
             out = []
             for item in value:
                 if (
-                    isinstance(item, tuple)
+                    type(item) is tuple
                     and len(item) == 2
-                    and isinstance(item[0], str | bytes)
+                    and type(item[0]) in (str, bytes)
                     and self.sensitive(item[0])
                 ):
                     out.append((item[0], REDACTED))
@@ -88,7 +101,7 @@ class Redactor:
         for key, value in event_dict.items():
             if self.sensitive(key):
                 event_dict[key] = REDACTED
-            elif not isinstance(value, _SCALARS):
+            elif type(value) not in _PLAIN:
                 event_dict[key] = self.redact(value)
         return event_dict
 
@@ -287,16 +300,18 @@ def audit_event(
         "decision": served,
         "reason": reason,
         "claim_index": claim_index,
-        "reasons": reasons,
+        "reasons": _Vetted(reasons),
         "status": status,
         "streaming": streaming,
         "context_fingerprint": report.context_fingerprint if report is not None else None,
-        "claims": [_claim(c, include_text) for c in report.claims] if report is not None else [],
-        "timings": {
-            "upstream_ms": _ms(upstream_ms),
-            "verification_ms": _ms(verification_ms),
-            "total_ms": _ms(total_ms),
-        },
+        "claims": _Vetted(_claim(c, include_text) for c in report.claims)
+        if report is not None
+        else _Vetted(),
+        "timings": _VettedDict(
+            upstream_ms=_ms(upstream_ms),
+            verification_ms=_ms(verification_ms),
+            total_ms=_ms(total_ms),
+        ),
     }
     if mode == "shadow":
         fields["shadow_decision"] = computed
@@ -324,9 +339,9 @@ def review_requested(
         "request_id": request_id,
         "route": route,
         "policy": policy,
-        "claim_indices": [c.claim.index for c in problems],
-        "reasons": _reasons(problems),
-        "claims": [_claim(c, include_text) for c in problems],
+        "claim_indices": _Vetted(c.claim.index for c in problems),
+        "reasons": _Vetted(_reasons(problems)),
+        "claims": _Vetted(_claim(c, include_text) for c in problems),
         "context_fingerprint": report.context_fingerprint,
     }
     if include_text and draft is not None:

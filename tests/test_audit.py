@@ -262,7 +262,10 @@ def test_redactor_as_a_capture_processor() -> None:
 def test_configured_output_is_redacted_json_lines() -> None:
     out = io.StringIO()
     configure_logging(stream=out, level="info")
-    structlog.contextvars.bind_contextvars(request_id="req-9")
+    # Context bound by middleware reaches every event, the audit event included: redacted too.
+    structlog.contextvars.bind_contextvars(
+        request_id="req-9", client={"headers": [("cookie", "sid=sk-live-cookie")]}
+    )
     try:
         log = structlog.get_logger()
         log.debug("noise")
@@ -284,6 +287,7 @@ def test_configured_output_is_redacted_json_lines() -> None:
     assert events[0]["headers"] == {"Authorization": REDACTED}
     assert events[0]["level"] == "info" and "timestamp" in events[0]
     assert events[1]["request_id"] == "req-1"  # the explicit field wins over the bound one
+    assert events[1]["client"] == {"headers": [["cookie", REDACTED]]}
     assert events[2]["level"] == "warning" and events[2]["logger"] == "uvicorn.error"
     assert "sk-live" not in out.getvalue()
     assert "Zorblax" not in out.getvalue()
