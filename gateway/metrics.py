@@ -3,11 +3,13 @@ makes to feed them. Label children are bound once per route so a request costs a
 
 The `route` label is always a policy route name or one of the fixed values below, never a raw
 path; as a last guard, more than `max_routes` distinct routes fold into `ROUTE_OVERFLOW`.
+Counters and histograms also expose prometheus_client's standard `_created` series.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Final
 
@@ -304,7 +306,7 @@ class Metrics:
     def observe_upstream(self, route: str, seconds: float) -> None:
         self._route(route).upstream.observe(seconds)
 
-    def inflight(self, route: str) -> _Inflight:
+    def inflight(self, route: str) -> AbstractContextManager[None]:
         """`with metrics.inflight(route): ...` counts the request as in flight."""
         return self._route(route).inflight
 
