@@ -1,0 +1,202 @@
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.citations import CitationParser
+from gateway.claims import ClaimSegmenter, segment
+from gateway.policy import DEFAULT_EXEMPT, Citations
+
+PARSER = CitationParser(Citations())
+
+
+def texts(text: str) -> list[str]:
+    segs = segment(text, PARSER, DEFAULT_EXEMPT)
+    for s in segs:
+        assert text[s.start : s.end] == s.text
+    return [s.text for s in segs]
+
+
+def test_sentences_with_citations_after_and_before_period() -> None:
+    assert texts("Foo is 3. [a:1] Bar is 4 [b:2]. Baz [c:1].") == [
+        "Foo is 3. [a:1]",
+        "Bar is 4 [b:2].",
+        "Baz [c:1].",
+    ]
+
+
+def test_citations_belong_to_their_sentence() -> None:
+    segs = segment("Foo is 3. [a:1][a:2] Bar is 4 [b:2].", PARSER)
+    assert [[c.id for c in s.citations] for s in segs] == [["a:1", "a:2"], ["b:2"]]
+
+
+def test_citation_on_next_line_belongs_to_previous_sentence() -> None:
+    assert texts("Foo is 3.\n[a:1]\nBar [b:1].") == ["Foo is 3.\n[a:1]", "Bar [b:1]."]
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "Fruit, e.g. apples, is good [a:1].",
+        "That is, i.e. the rest, fine [a:1].",
+        "See Sec. 3.1 for details [a:1].",
+        "The pack holds 62.5 kWh of energy [a:1].",
+        "It began in the U.S. in 1990 [a:1].",
+        "Dr. Smith agreed [a:1].",
+        "Upgrade to v2.1.3 now [a:1].",
+        "J. R. R. Tolkien wrote it [a:1].",
+        "Apples, pears, etc. are fruit [a:1].",
+        "It costs approx. ten euros [a:1].",
+        "Compare A vs. B here [a:1].",
+    ],
+)
+def test_abbreviations_do_not_split(sentence: str) -> None:
+    assert texts(sentence + " Next one [b:1].") == [sentence, "Next one [b:1]."]
+
+
+def test_question_and_exclamation_split() -> None:
+    assert texts("Is it? Yes! It is [a:1].") == ["Is it?", "Yes!", "It is [a:1]."]
+
+
+def test_lowercase_continuation_does_not_split() -> None:
+    assert texts("It rose... and then fell [a:1].") == ["It rose... and then fell [a:1]."]
+
+
+def test_list_items_are_claims_without_their_markers() -> None:
+    text = "Intro [a:1].\n- one [a:1]\n* two [b:2]\n+ three\n1. four [c:3]\n2) five"
+    assert texts(text) == ["Intro [a:1].", "one [a:1]", "two [b:2]", "three", "four [c:3]", "five"]
+
+
+def test_list_item_with_two_sentences() -> None:
+    assert texts("- First [a:1]. Second [b:1].") == ["First [a:1].", "Second [b:1]."]
+
+
+def test_headings_and_code_fences_are_not_claims() -> None:
+    text = (
+        "# Heading [a:1]\n"
+        "Body [a:1].\n"
+        "```python\nx = 1. Not a claim [z:9].\n```\n"
+        "~~~\ncode\n~~~\n"
+        "## Sub\n"
+        "After [b:2]."
+    )
+    assert texts(text) == ["Body [a:1].", "After [b:2]."]
+
+
+def test_fence_must_close_with_same_char() -> None:
+    assert texts("```\ncode\n~~~\nstill code.\n```\nOut [a:1].") == ["Out [a:1]."]
+
+
+def test_unclosed_fence_hides_the_rest() -> None:
+    assert texts("Yes [a:1].\n```\nNo. Never.") == ["Yes [a:1]."]
+
+
+def test_blank_line_and_rule_end_a_claim() -> None:
+    assert texts("No period here\n\nNext [a:1]") == ["No period here", "Next [a:1]"]
+    assert texts("Above\n---\nBelow") == ["Above", "Below"]
+
+
+def test_soft_wrapped_sentence_is_one_claim() -> None:
+    assert texts("A long sentence\nwrapped here [a:1].") == ["A long sentence\nwrapped here [a:1]."]
+
+
+def test_blank_and_punctuation_only_segments_are_not_claims() -> None:
+    assert texts("   \n\n  ") == []
+    assert texts("---\n***\n- \n[a:1]") == []
+    assert texts("") == []
+
+
+def test_markdown_link_is_text() -> None:
+    segs = segment("See [the docs](https://x.y/a:b). Then [a:1].", PARSER)
+    assert [s.text for s in segs] == ["See [the docs](https://x.y/a:b).", "Then [a:1]."]
+    assert segs[0].citations == ()
+
+
+def test_exempt_claims() -> None:
+    segs = segment("I don't know. The sky is blue [a:1].", PARSER, DEFAULT_EXEMPT)
+    assert [(s.text, s.exempt) for s in segs] == [
+        ("I don't know.", True),
+        ("The sky is blue [a:1].", False),
+    ]
+    custom = segment("Disclaimer: none. Fact [a:1].", PARSER, [r"^Disclaimer"])
+    assert [s.exempt for s in custom] == [True, False]
+
+
+def test_crlf_lines() -> None:
+    assert texts("One [a:1].\r\n- two [b:1]\r\n") == ["One [a:1].", "two [b:1]"]
+
+
+def test_stream_claim_final_only_when_next_text_begins() -> None:
+    seg = ClaimSegmenter(PARSER, DEFAULT_EXEMPT)
+    assert seg.feed("Foo is 3.") == []
+    assert seg.feed(" [a:1]\n") == []  # more citations could still follow
+    got = seg.feed("Bar")
+    assert got == []  # the line is not complete yet
+    got = seg.feed(" is 4.\n")
+    assert [s.text for s in got] == ["Foo is 3. [a:1]"]
+    assert [s.text for s in seg.finish()] == ["Bar is 4."]
+
+
+def test_stream_offsets_are_absolute() -> None:
+    text = "# T\nAlpha [a:1].\n\nBeta [b:2].\n"
+    seg = ClaimSegmenter(PARSER)
+    out = []
+    for ch in text:
+        out.extend(seg.feed(ch))
+    out.extend(seg.finish())
+    assert [(text[s.start : s.end]) for s in out] == ["Alpha [a:1].", "Beta [b:2]."]
+
+
+_PIECES = st.sampled_from(
+    [
+        "Foo is 3.", " ", "\n", "\n\n", "[a:1]", "[b:2, c:3]", "[:1]", "e.g. ", "Dr. ", "U.S. ",
+        "62.5 kWh", "- ", "1. ", "# Head", "```", "~~~", "bar", "Baz!", "why?", " and", "I don't know.",
+        "[see]", "[x](y)", "v2.1.3", "\r\n", "---", "“q”", "…",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PIECES, max_size=30), st.data())
+def test_feed_at_any_split_equals_segment(pieces: list[str], data: st.DataObject) -> None:
+    text = "".join(pieces)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=12)))
+    seg = ClaimSegmenter(PARSER, DEFAULT_EXEMPT)
+    got = []
+    prev = 0
+    for cut in [*cuts, len(text)]:
+        got.extend(seg.feed(text[prev:cut]))
+        prev = cut
+    got.extend(seg.finish())
+    assert got == segment(text, PARSER, DEFAULT_EXEMPT)
+    for s in got:
+        assert text[s.start : s.end] == s.text
+        assert s.text.strip()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=200), st.data())
+def test_feed_split_arbitrary_text(text: str, data: st.DataObject) -> None:
+    cut = data.draw(st.integers(0, len(text)))
+    seg = ClaimSegmenter(PARSER)
+    got = seg.feed(text[:cut]) + seg.feed(text[cut:]) + seg.finish()
+    assert got == segment(text, PARSER)
+    for s in got:
+        assert text[s.start : s.end] == s.text
+
+
+def test_linear_in_input_size() -> None:
+    # Many tiny deltas into one long paragraph must not re-scan the held text.
+    import time
+
+    def run(n: int) -> float:
+        seg = ClaimSegmenter(PARSER)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            seg.feed("word ")
+        seg.feed("[a:1].\n")
+        seg.finish()
+        return time.perf_counter() - t0
+
+    run(1000)
+    small, big = run(5_000), run(50_000)
+    assert big < small * 30  # quadratic growth would be ~100x
