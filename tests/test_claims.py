@@ -149,8 +149,8 @@ def test_stream_offsets_are_absolute() -> None:
 _PIECES = st.sampled_from(
     [
         "Foo is 3.", " ", "\n", "\n\n", "[a:1]", "[b:2, c:3]", "[:1]", "e.g. ", "Dr. ", "U.S. ",
-        "62.5 kWh", "- ", "1. ", "# Head", "```", "~~~", "bar", "Baz!", "why?", " and", "I don't know.",
-        "[see]", "[x](y)", "v2.1.3", "\r\n", "---", "“q”", "…",
+        "62.5 kWh", "- ", "1. ", "# Head", "```", "~~~", "bar", "Baz!", "why?", " and",
+        "I don't know.", "[see]", "[x](y)", "v2.1.3", "\r\n", "---", "“q”", "…",
     ]
 )
 
