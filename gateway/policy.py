@@ -474,9 +474,12 @@ class CompiledPolicy:
 
 @dataclass(frozen=True)
 class LoadedPolicy:
-    """A validated policy file. `version` is the full sha256; `label` is `name@version[:12]`."""
+    """A validated policy file. `version` is the full sha256; `label` is `name@version[:12]`.
 
-    policy: Policy
+    Equality and hashing go by (path, version, label): the version already digests the policy.
+    """
+
+    policy: Policy = field(compare=False)
     path: str
     version: str
     label: str

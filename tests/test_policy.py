@@ -448,3 +448,12 @@ def test_line_of_falls_back_to_enclosing_key(tmp_path: Path) -> None:
     assert loaded.line_of("routes", 0, "match", "path") == 4
     assert loaded.line_of("routes", 0, "rag") == 3
     assert loaded.line_of("release", "on_unverified") == 1  # the document itself
+
+
+def test_loaded_policies_are_hashable_and_equal_by_version(tmp_path: Path) -> None:
+    a = load_policy(write(tmp_path, MINIMAL))
+    b = load_policy(write(tmp_path, MINIMAL))
+    c = load_policy(write(tmp_path, MINIMAL.replace("/v1/chat/completions", "/v2")))
+    assert a == b and hash(a) == hash(b)
+    assert a != c
+    assert len({a, b, c}) == 2
