@@ -1,0 +1,555 @@
+"""anthropic-messages: `POST /v1/messages` bodies and their event streams.
+
+All text blocks of a message form ONE content channel (their concatenation); each block's
+native citations become `Channel.native` spans over that block's range. Thinking blocks and
+tool_use inputs are channels of their own.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gateway.context import anthropic_request_context
+from gateway.errors import ProtocolError
+from gateway.policy import Policy, Route
+from gateway.protocols.base import (
+    BLOCKED_TYPE,
+    RequestInfo,
+    TextDelta,
+    blocked_message,
+    channel_key,
+    field_allowed,
+    kept_spans,
+    leaks,
+    split_claims,
+    template_text,
+)
+from gateway.sse import SSEEvent
+from gateway.types import (
+    Answer,
+    Channel,
+    Citation,
+    Claim,
+    ContextSet,
+    Decision,
+    NativeLocation,
+    Outcome,
+    Report,
+)
+
+__all__ = ["AnthropicMessages", "AnthropicStreamParser", "text_block_ranges"]
+
+NAME = "anthropic-messages"
+Json = dict[str, Any]
+
+_BLOCK_KEYS: dict[str, frozenset[str]] = {
+    "text": frozenset({"type", "text", "citations"}),
+    "thinking": frozenset({"type", "thinking", "signature"}),
+    "redacted_thinking": frozenset({"type", "data"}),
+    "tool_use": frozenset({"type", "id", "name", "input", "caller"}),
+}
+_CITATION_FIELDS: dict[str, tuple[str | None, str, str]] = {
+    "char_location": ("document_index", "start_char_index", "end_char_index"),
+    "page_location": ("document_index", "start_page_number", "end_page_number"),
+    "content_block_location": ("document_index", "start_block_index", "end_block_index"),
+    "search_result_location": (None, "start_block_index", "end_block_index"),
+}
+CONTENT_PATH: tuple[str | int, ...] = ("content",)
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def native_citation(raw: object) -> Citation | None:
+    """A text block citation as a Citation; None for kinds the gateway cannot verify."""
+    if not isinstance(raw, Mapping):
+        raise ProtocolError("anthropic-messages: citation is not an object")
+    ctype = raw.get("type")
+    if ctype not in _CITATION_FIELDS:
+        return None
+    doc_key, start_key, end_key = _CITATION_FIELDS[str(ctype)]
+    cited = raw.get("cited_text")
+    if not isinstance(cited, str):
+        raise ProtocolError("anthropic-messages: citation without cited_text")
+    if doc_key is None:
+        idx = _int(raw.get("search_result_index"))
+        loc = NativeLocation(
+            type="search_result_location",
+            cited_text=cited,
+            search_result_index=idx,
+            start=_int(raw.get(start_key)),
+            end=_int(raw.get(end_key)),
+        )
+        cid = f"search_result:{idx}"
+    else:
+        idx = _int(raw.get(doc_key))
+        loc = NativeLocation(
+            type=ctype,
+            cited_text=cited,
+            document_index=idx,
+            start=_int(raw.get(start_key)),
+            end=_int(raw.get(end_key)),
+        )
+        cid = f"document:{idx}"
+    return Citation(id=cid, raw=cid, native=loc)
+
+
+def text_block_ranges(content: Sequence[object]) -> list[tuple[int, int, int]]:
+    """(block index, start, end) of every text block in the concatenated content text."""
+    out: list[tuple[int, int, int]] = []
+    pos = 0
+    for bi, block in enumerate(content):
+        if isinstance(block, Mapping) and block.get("type") == "text":
+            n = len(str(block.get("text", "")))
+            out.append((bi, pos, pos + n))
+            pos += n
+    return out
+
+
+def parse_body(body: Mapping[str, object]) -> Answer:
+    if not isinstance(body, Mapping) or body.get("type") != "message":
+        raise ProtocolError("anthropic-messages: response body is not a message")
+    content = body.get("content")
+    if not isinstance(content, list):
+        raise ProtocolError("anthropic-messages: message has no content list")
+    answer = Answer(protocol=NAME, body=dict(body))
+    usage = body.get("usage")
+    if isinstance(usage, Mapping):
+        for src, dst in (("input_tokens", "input"), ("output_tokens", "output")):
+            v = _int(usage.get(src))
+            if v is not None:
+                answer.usage = {**answer.usage, dst: v}
+        if "input" in answer.usage and "output" in answer.usage:
+            answer.usage = {**answer.usage, "total": answer.usage["input"] + answer.usage["output"]}
+    texts: list[str] = []
+    native: list[tuple[int, int, Citation]] = []
+    pos = 0
+    has_text = False
+    for bi, block in enumerate(content):
+        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
+            raise ProtocolError(f"anthropic-messages: content block {bi} has no type")
+        btype = str(block["type"])
+        known = _BLOCK_KEYS.get(btype)
+        if known is None:
+            answer.unknown_fields.append(("content", bi))
+            continue
+        for k in block:
+            if k not in known:
+                answer.unknown_fields.append(("content", bi, k))
+        if btype == "text":
+            text = block.get("text")
+            if not isinstance(text, str):
+                raise ProtocolError("anthropic-messages: text block without text")
+            has_text = True
+            cits = block.get("citations")
+            if isinstance(cits, list):
+                for ci, raw in enumerate(cits):
+                    cit = native_citation(raw)
+                    if cit is None:
+                        answer.unknown_fields.append(("content", bi, "citations", ci))
+                    else:
+                        native.append((pos, pos + len(text), cit))
+            elif cits is not None:
+                raise ProtocolError("anthropic-messages: citations is not a list")
+            texts.append(text)
+            pos += len(text)
+        elif btype == "thinking":
+            thinking = block.get("thinking")
+            if not isinstance(thinking, str):
+                raise ProtocolError("anthropic-messages: thinking block without thinking")
+            answer.channels.append(Channel("reasoning", ("content", bi, "thinking"), thinking))
+        elif btype == "tool_use":
+            inp = block.get("input")
+            if not isinstance(inp, Mapping):
+                raise ProtocolError("anthropic-messages: tool_use block without input object")
+            text = json.dumps(inp, ensure_ascii=False)
+            answer.channels.append(Channel("tool_arguments", ("content", bi, "input"), text))
+    if has_text:
+        answer.channels.insert(
+            0, Channel("content", CONTENT_PATH, "".join(texts), native=tuple(native))
+        )
+    return answer
+
+
+class AnthropicStreamParser:
+    """Assembles message_start / content_block_* / message_delta events into a message."""
+
+    def __init__(self) -> None:
+        self._message: Json | None = None
+        self._blocks: dict[int, Json] = {}
+        self._json_parts: dict[int, list[str]] = {}
+        self._done = False
+
+    def feed(self, event: SSEEvent) -> list[TextDelta]:
+        if self._done:
+            return []
+        try:
+            data = json.loads(event.data)
+        except ValueError as exc:
+            raise ProtocolError("anthropic-messages: stream event is not JSON") from exc
+        if not isinstance(data, dict):
+            raise ProtocolError("anthropic-messages: stream event is not a JSON object")
+        etype = data.get("type", event.event)
+        if etype == "error" or event.event == "error":
+            raise ProtocolError("anthropic-messages: the stream carried an error event")
+        if etype == "ping":
+            return []
+        if etype == "message_start":
+            msg = data.get("message")
+            if not isinstance(msg, dict):
+                raise ProtocolError("anthropic-messages: message_start without message")
+            self._message = copy.deepcopy(msg)
+            return []
+        if self._message is None:
+            raise ProtocolError(f"anthropic-messages: {etype} before message_start")
+        if etype == "content_block_start":
+            return self._block_start(data)
+        if etype == "content_block_delta":
+            return self._block_delta(data)
+        if etype == "content_block_stop":
+            self._block_stop(data)
+        elif etype == "message_delta":
+            delta = data.get("delta")
+            if isinstance(delta, dict):
+                self._message.update(delta)
+            usage = data.get("usage")
+            if isinstance(usage, dict):
+                merged = dict(self._message.get("usage") or {})
+                merged.update({k: v for k, v in usage.items() if v is not None})
+                self._message["usage"] = merged
+        elif etype == "message_stop":
+            self._done = True
+        # Other event types are new API additions; they carry no content we assemble.
+        return []
+
+    def _index(self, data: Json) -> int:
+        idx = data.get("index")
+        if not isinstance(idx, int):
+            raise ProtocolError("anthropic-messages: content block event without index")
+        return idx
+
+    def _block_start(self, data: Json) -> list[TextDelta]:
+        idx = self._index(data)
+        block = data.get("content_block")
+        if not isinstance(block, dict):
+            raise ProtocolError("anthropic-messages: content_block_start without block")
+        block = copy.deepcopy(block)
+        self._blocks[idx] = block
+        if block.get("type") == "tool_use":
+            self._json_parts[idx] = []
+        text = block.get("text") if block.get("type") == "text" else None
+        return [(channel_key(CONTENT_PATH), text)] if isinstance(text, str) and text else []
+
+    def _block_delta(self, data: Json) -> list[TextDelta]:
+        idx = self._index(data)
+        block = self._blocks.get(idx)
+        delta = data.get("delta")
+        if block is None or not isinstance(delta, dict):
+            raise ProtocolError("anthropic-messages: delta for a block that was not started")
+        dtype = delta.get("type")
+        if dtype == "text_delta":
+            text = str(delta.get("text", ""))
+            block["text"] = block.get("text", "") + text
+            return [(channel_key(CONTENT_PATH), text)] if text else []
+        if dtype == "citations_delta":
+            block.setdefault("citations", []).append(delta.get("citation"))
+        elif dtype == "thinking_delta":
+            text = str(delta.get("thinking", ""))
+            block["thinking"] = block.get("thinking", "") + text
+            return [(channel_key(("content", idx, "thinking")), text)] if text else []
+        elif dtype == "signature_delta":
+            block["signature"] = block.get("signature", "") + str(delta.get("signature", ""))
+        elif dtype == "input_json_delta":
+            part = str(delta.get("partial_json", ""))
+            self._json_parts.setdefault(idx, []).append(part)
+            return [(channel_key(("content", idx, "input")), part)] if part else []
+        return []
+
+    def _block_stop(self, data: Json) -> None:
+        idx = self._index(data)
+        parts = self._json_parts.pop(idx, None)
+        if parts is not None and idx in self._blocks:
+            raw = "".join(parts)
+            try:
+                self._blocks[idx]["input"] = json.loads(raw) if raw else {}
+            except ValueError as exc:
+                raise ProtocolError("anthropic-messages: tool_use input is not JSON") from exc
+
+    def body(self) -> Json:
+        if not self._done or self._message is None:
+            raise ProtocolError("anthropic-messages: stream ended without message_stop")
+        msg = copy.deepcopy(self._message)
+        msg["content"] = [self._blocks[i] for i in sorted(self._blocks)]
+        return msg
+
+    def finish(self) -> Answer:
+        return parse_body(self.body())
+
+
+class AnthropicMessages:
+    name = NAME
+
+    def request_info(self, body: Mapping[str, object]) -> RequestInfo:
+        return RequestInfo(stream=body.get("stream") is True, include_usage=True, n=1)
+
+    def request_context(
+        self, body: Mapping[str, object], ctx: ContextSet, chunk_re: re.Pattern[str] | None
+    ) -> None:
+        anthropic_request_context(body, ctx, chunk_re)
+
+    def parse(self, body: Mapping[str, object], route: Route) -> Answer:
+        return parse_body(body)
+
+    def stream_parser(self, route: Route) -> AnthropicStreamParser:
+        return AnthropicStreamParser()
+
+    def needs_rewrite(self, answer: Answer, policy: Policy) -> bool:
+        ch = policy.channels
+        for c in answer.channels:
+            if c.kind == "reasoning" and ch.reasoning == "withhold":
+                return True
+            if c.kind == "tool_arguments" and ch.tool_calls == "withhold":
+                return True
+        content = answer.body.get("content")
+        redacted = isinstance(content, list) and any(
+            isinstance(b, Mapping) and b.get("type") == "redacted_thinking" for b in content
+        )
+        if redacted and ch.reasoning != "pass":
+            return True
+        return any(not field_allowed(p, policy) for p in answer.unknown_fields)
+
+    def _drop_set(self, answer: Answer, policy: Policy) -> tuple[set[int], set[tuple[Any, ...]]]:
+        """Block indices to drop and per-field paths to delete under the channel rules."""
+        blocks: set[int] = set()
+        fields: set[tuple[Any, ...]] = set()
+        for path in answer.unknown_fields:
+            if field_allowed(path, policy):
+                continue
+            if len(path) == 2:
+                blocks.add(int(path[1]))
+            else:
+                fields.add(tuple(path))
+        content = answer.body.get("content")
+        for bi, block in enumerate(content if isinstance(content, list) else []):
+            btype = block.get("type") if isinstance(block, Mapping) else None
+            rule = policy.channels.reasoning
+            if (btype == "redacted_thinking" and rule != "pass") or (
+                btype == "thinking" and rule == "withhold"
+            ):
+                blocks.add(bi)
+            if btype == "tool_use" and policy.channels.tool_calls == "withhold":
+                blocks.add(bi)
+        return blocks, fields
+
+    def render(
+        self,
+        answer: Answer,
+        claims: Sequence[Claim],
+        outcome: Outcome,
+        report: Report,
+        policy: Policy,
+    ) -> dict[str, object]:
+        match outcome.decision:
+            case Decision.RELEASED:
+                body = self._rebuild(answer, policy, set(), None)
+            case Decision.PARTIAL:
+                body = self._partial(answer, claims, outcome, policy)
+            case Decision.ABSTAINED:
+                body = self._template(answer, template_text(outcome, policy, "no_evidence"))
+            case Decision.REVIEW:
+                body = self._template(answer, template_text(outcome, policy, "review_required"))
+            case Decision.BLOCKED:
+                return self.error_envelope(
+                    policy.release.block_status, blocked_message(outcome), BLOCKED_TYPE
+                )
+            case _:
+                raise ValueError(f"unknown decision {outcome.decision!r}")
+        if body.get("stop_reason") == "tool_use" and not any(
+            b.get("type") == "tool_use" for b in body["content"]
+        ):
+            body["stop_reason"] = "end_turn"
+        return body
+
+    def _rebuild(
+        self,
+        answer: Answer,
+        policy: Policy,
+        extra_drop: set[int],
+        text_blocks: list[Json] | None,
+    ) -> Json:
+        """Copy of the body with dropped blocks / fields; `text_blocks` replaces the text."""
+        body: Json = copy.deepcopy(dict(answer.body))
+        drop, fields = self._drop_set(answer, policy)
+        drop |= extra_drop
+        for path in sorted(fields, key=len, reverse=True):
+            node: Any = body
+            for p in path[:-1]:
+                node = node[p]
+            if isinstance(node, dict):
+                node.pop(path[-1], None)
+            elif isinstance(node, list):
+                node[path[-1]] = None
+        out: list[Json] = []
+        placed = False
+        for bi, block in enumerate(body["content"]):
+            if isinstance(block, dict) and isinstance(block.get("citations"), list):
+                block["citations"] = [c for c in block["citations"] if c is not None]
+            if bi in drop:
+                continue
+            if text_blocks is not None and block.get("type") == "text":
+                if not placed:
+                    out.extend(text_blocks)
+                    placed = True
+                continue
+            out.append(block)
+        if text_blocks is not None and not placed:
+            out.extend(text_blocks)
+        body["content"] = out
+        return body
+
+    def _partial(
+        self, answer: Answer, claims: Sequence[Claim], outcome: Outcome, policy: Policy
+    ) -> Json:
+        kept, failed = split_claims(claims, outcome)
+        all_failed = [c for cs in failed.values() for c in cs]
+        drop: set[int] = set()
+        text_blocks: list[Json] | None = None
+        disclosure = policy.release.templates.partial
+        for idx, channel in enumerate(answer.channels):
+            lost = idx in failed or (all_failed and leaks(channel, all_failed))
+            if not lost:
+                continue
+            if channel.kind == "content":
+                text_blocks = self._text_blocks(answer, channel, kept.get(idx, []), disclosure)
+            else:
+                drop.add(int(channel.path[1]))
+        return self._rebuild(answer, policy, drop, text_blocks)
+
+    def _text_blocks(
+        self, answer: Answer, channel: Channel, kept: Sequence[Claim], disclosure: str
+    ) -> list[Json]:
+        """Text blocks for the kept claims; a block keeps only citations of kept claims."""
+        content = answer.body.get("content")
+        ranges = text_block_ranges(content if isinstance(content, list) else [])
+        raw_cits: dict[int, list[object]] = {}
+        for bi, _, _ in ranges:
+            block = content[bi] if isinstance(content, list) else {}
+            cits = block.get("citations") if isinstance(block, Mapping) else None
+            raw_cits[bi] = list(cits) if isinstance(cits, list) else []
+        pieces: list[tuple[str, list[object]]] = []
+        by_start = sorted(kept, key=lambda c: c.start)
+        prev_item: bool | None = None
+        for claim, (start, end, is_item) in zip(
+            by_start, kept_spans(channel.text, by_start), strict=True
+        ):
+            if prev_item is not None:
+                pieces.append(("\n" if (is_item or prev_item) else " ", []))
+            prev_item = is_item
+            own = {c.native for c in claim.citations if c.native is not None}
+            for bi, bs, be in ranges:
+                s, e = max(bs, start), min(be, end)
+                if s >= e:
+                    continue
+                cits = [
+                    c
+                    for c in raw_cits[bi]
+                    if (nc := native_citation(c)) is not None and nc.native in own
+                ]
+                pieces.append((channel.text[s:e], cits))
+        pieces.append((("\n\n" if pieces else "") + disclosure, []))
+        blocks: list[Json] = []
+        for text, cits in pieces:
+            if not text:
+                continue
+            if blocks and not cits and not blocks[-1].get("citations"):
+                blocks[-1]["text"] += text
+                continue
+            new: Json = {"type": "text", "text": text}
+            if cits:
+                new["citations"] = copy.deepcopy(cits)
+            blocks.append(new)
+        return blocks
+
+    def _template(self, answer: Answer, text: str) -> Json:
+        src = answer.body
+        body: Json = {
+            "id": src.get("id", ""),
+            "type": "message",
+            "role": "assistant",
+            "model": src.get("model", ""),
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": copy.deepcopy(src.get("usage") or {"input_tokens": 0, "output_tokens": 0}),
+        }
+        return body
+
+    def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]:
+        return {"type": "error", "error": {"type": type_, "message": message}}
+
+    def error_event(self, message: str, type_: str) -> SSEEvent:
+        return SSEEvent(data=json.dumps(self.error_envelope(0, message, type_)), event="error")
+
+    def to_stream(self, body: Mapping[str, object], include_usage: bool) -> list[SSEEvent]:
+        def ev(data: Json) -> SSEEvent:
+            return SSEEvent(data=json.dumps(data, ensure_ascii=False), event=str(data["type"]))
+
+        raw_usage = body.get("usage")
+        usage: Json = dict(raw_usage) if isinstance(raw_usage, Mapping) else {}
+        start_msg: Json = {k: copy.deepcopy(v) for k, v in body.items() if k != "content"}
+        start_msg.update(
+            content=[], stop_reason=None, stop_sequence=None, usage={**usage, "output_tokens": 0}
+        )
+        events = [ev({"type": "message_start", "message": start_msg})]
+        content = body.get("content")
+        for i, block in enumerate(content if isinstance(content, list) else []):
+            btype = block.get("type")
+            deltas: list[Json] = []
+            if btype == "text":
+                start: Json = {"type": "text", "text": ""}
+                if "citations" in block:
+                    start["citations"] = []
+                for cit in block.get("citations") or []:
+                    deltas.append({"type": "citations_delta", "citation": cit})
+                if block.get("text"):
+                    deltas.append({"type": "text_delta", "text": block["text"]})
+            elif btype == "thinking":
+                start = {"type": "thinking", "thinking": "", "signature": ""}
+                if block.get("thinking"):
+                    deltas.append({"type": "thinking_delta", "thinking": block["thinking"]})
+                if block.get("signature"):
+                    deltas.append({"type": "signature_delta", "signature": block["signature"]})
+            elif btype == "tool_use":
+                start = {k: v for k, v in block.items() if k != "input"}
+                start["input"] = {}
+                deltas.append(
+                    {
+                        "type": "input_json_delta",
+                        "partial_json": json.dumps(block.get("input", {}), ensure_ascii=False),
+                    }
+                )
+            else:
+                start = copy.deepcopy(block)
+            events.append(ev({"type": "content_block_start", "index": i, "content_block": start}))
+            for d in deltas:
+                events.append(ev({"type": "content_block_delta", "index": i, "delta": d}))
+            events.append(ev({"type": "content_block_stop", "index": i}))
+        events.append(
+            ev(
+                {
+                    "type": "message_delta",
+                    "delta": {
+                        "stop_reason": body.get("stop_reason"),
+                        "stop_sequence": body.get("stop_sequence"),
+                    },
+                    "usage": {"output_tokens": usage.get("output_tokens", 0)},
+                }
+            )
+        )
+        events.append(ev({"type": "message_stop"}))
+        return events

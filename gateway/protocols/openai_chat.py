@@ -1,0 +1,575 @@
+"""openai-chat: `POST /v1/chat/completions` bodies and `chat.completion.chunk` streams.
+
+Channels per choice: content, refusal, tool call / legacy function call arguments,
+reasoning_content / reasoning, audio transcript. Annotations and logprobs are carried along
+and rewritten or dropped with the text they describe.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gateway.context import openai_request_context
+from gateway.errors import ProtocolError
+from gateway.policy import Policy, Route
+from gateway.protocols.base import (
+    BLOCKED_TYPE,
+    RequestInfo,
+    TextDelta,
+    blocked_message,
+    channel_key,
+    field_allowed,
+    leaks,
+    rebuild_with_map,
+    split_claims,
+    template_text,
+)
+from gateway.sse import SSEEvent
+from gateway.types import Answer, Channel, Claim, ContextSet, Decision, Outcome, Report
+
+__all__ = ["OpenAIChat", "OpenAIStreamParser"]
+
+NAME = "openai-chat"
+_CHOICE_KEYS = frozenset({"index", "message", "finish_reason", "logprobs"})
+_MESSAGE_KEYS = frozenset(
+    {
+        "role",
+        "content",
+        "refusal",
+        "tool_calls",
+        "function_call",
+        "annotations",
+        "audio",
+        "reasoning_content",
+        "reasoning",
+    }
+)
+_REASONING_KEYS = ("reasoning_content", "reasoning")
+
+Json = dict[str, Any]
+
+
+def _usage(body: Mapping[str, object]) -> dict[str, int]:
+    u = body.get("usage")
+    if not isinstance(u, Mapping):
+        return {}
+    out: dict[str, int] = {}
+    for src, dst in (
+        ("prompt_tokens", "input"),
+        ("completion_tokens", "output"),
+        ("total_tokens", "total"),
+    ):
+        v = u.get(src)
+        if isinstance(v, int) and not isinstance(v, bool):
+            out[dst] = v
+    return out
+
+
+def _text_or_none(value: object, where: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise ProtocolError(f"openai-chat: {where} must be a string or null")
+
+
+def parse_body(body: Mapping[str, object]) -> Answer:
+    if not isinstance(body, Mapping):
+        raise ProtocolError("openai-chat: response body is not a JSON object")
+    obj = body.get("object")
+    if obj is not None and obj != "chat.completion":
+        raise ProtocolError(f"openai-chat: unexpected object {obj!r}")
+    choices = body.get("choices")
+    if not isinstance(choices, list):
+        raise ProtocolError("openai-chat: response has no choices list")
+    answer = Answer(protocol=NAME, body=dict(body), usage=_usage(body))
+    for ci, choice in enumerate(choices):
+        if not isinstance(choice, Mapping) or not isinstance(choice.get("message"), Mapping):
+            raise ProtocolError(f"openai-chat: choice {ci} has no message object")
+        base: tuple[str | int, ...] = ("choices", ci)
+        msg: Mapping[str, object] = choice["message"]
+        mpath = (*base, "message")
+        for k in choice:
+            if k not in _CHOICE_KEYS:
+                answer.unknown_fields.append((*base, k))
+        for k in msg:
+            if k not in _MESSAGE_KEYS:
+                answer.unknown_fields.append((*mpath, k))
+        if choice.get("logprobs") is not None:
+            answer.has_logprobs = True
+
+        def add(kind: Any, path: tuple[str | int, ...], text: str | None, ci: int = ci) -> None:
+            if text is not None:
+                answer.channels.append(Channel(kind=kind, path=path, text=text, choice=ci))
+
+        add("content", (*mpath, "content"), _text_or_none(msg.get("content"), "content"))
+        add("refusal", (*mpath, "refusal"), _text_or_none(msg.get("refusal"), "refusal"))
+        for key in _REASONING_KEYS:
+            value = msg.get(key)
+            if isinstance(value, str):
+                add("reasoning", (*mpath, key), value)
+            elif value is not None:
+                answer.unknown_fields.append((*mpath, key))
+        tool_calls = msg.get("tool_calls")
+        if isinstance(tool_calls, list):
+            for ti, call in enumerate(tool_calls):
+                if not isinstance(call, Mapping):
+                    raise ProtocolError("openai-chat: tool call is not an object")
+                tpath = (*mpath, "tool_calls", ti)
+                fn, custom = call.get("function"), call.get("custom")
+                if isinstance(fn, Mapping):
+                    args = _text_or_none(fn.get("arguments"), "tool arguments")
+                    add("tool_arguments", (*tpath, "function", "arguments"), args or "")
+                elif isinstance(custom, Mapping):
+                    inp = _text_or_none(custom.get("input"), "custom tool input")
+                    add("tool_arguments", (*tpath, "custom", "input"), inp or "")
+                else:
+                    raise ProtocolError("openai-chat: tool call without function")
+        elif tool_calls is not None:
+            raise ProtocolError("openai-chat: tool_calls is not a list")
+        fc = msg.get("function_call")
+        if isinstance(fc, Mapping):
+            args = _text_or_none(fc.get("arguments"), "function_call arguments")
+            add("tool_arguments", (*mpath, "function_call", "arguments"), args or "")
+        audio = msg.get("audio")
+        if isinstance(audio, Mapping):
+            add(
+                "transcript",
+                (*mpath, "audio", "transcript"),
+                _text_or_none(audio.get("transcript"), "audio transcript"),
+            )
+    return answer
+
+
+class OpenAIStreamParser:
+    """Assembles `chat.completion.chunk` events into the body the JSON API would have sent."""
+
+    def __init__(self) -> None:
+        self._head: Json = {}
+        self._choices: dict[int, Json] = {}
+        self._usage: object = None
+        self._done = False
+
+    def feed(self, event: SSEEvent) -> list[TextDelta]:
+        if self._done:
+            return []
+        if event.data.strip() == "[DONE]":
+            self._done = True
+            return []
+        if event.event == "error":
+            raise ProtocolError("openai-chat: the stream carried an error event")
+        try:
+            chunk = json.loads(event.data)
+        except ValueError as exc:
+            raise ProtocolError("openai-chat: stream event is not JSON") from exc
+        if not isinstance(chunk, dict):
+            raise ProtocolError("openai-chat: stream event is not a JSON object")
+        if "error" in chunk:
+            raise ProtocolError("openai-chat: the stream carried an error")
+        obj = chunk.get("object")
+        if obj is not None and obj != "chat.completion.chunk":
+            raise ProtocolError(f"openai-chat: unexpected stream object {obj!r}")
+        for k in ("id", "created", "model", "system_fingerprint", "service_tier"):
+            if k in chunk and k not in self._head:
+                self._head[k] = chunk[k]
+        if chunk.get("usage") is not None:
+            self._usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            raise ProtocolError("openai-chat: stream chunk has no choices list")
+        out: list[TextDelta] = []
+        for c in choices:
+            if not isinstance(c, dict) or not isinstance(c.get("index"), int):
+                raise ProtocolError("openai-chat: stream choice without index")
+            out.extend(self._choice(c))
+        return out
+
+    def _choice(self, c: Json) -> list[TextDelta]:
+        i: int = c["index"]
+        st = self._choices.setdefault(
+            i, {"msg": {}, "parts": {}, "tools": {}, "finish": None, "logprobs": None, "extra": {}}
+        )
+        out: list[TextDelta] = []
+        mpath = ("choices", i, "message")
+        if c.get("finish_reason") is not None:
+            st["finish"] = c["finish_reason"]
+        lp = c.get("logprobs")
+        if isinstance(lp, dict):
+            acc = st["logprobs"] = st["logprobs"] or {}
+            for k, v in lp.items():
+                if isinstance(v, list):
+                    acc.setdefault(k, []).extend(v)
+        for k, v in c.items():
+            if k not in ("index", "delta", "finish_reason", "logprobs"):
+                st["extra"][k] = v
+        delta = c.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise ProtocolError("openai-chat: stream delta is not an object")
+        parts: dict[str, list[str]] = st["parts"]
+        for key, value in delta.items():
+            if value is None:
+                continue
+            if key in ("content", "refusal", *_REASONING_KEYS) and isinstance(value, str):
+                parts.setdefault(key, []).append(value)
+                if value:
+                    out.append((channel_key((*mpath, key)), value))
+            elif key == "role":
+                st["msg"]["role"] = value
+            elif key == "tool_calls" and isinstance(value, list):
+                for tc in value:
+                    out.extend(self._tool_delta(st, i, tc))
+            elif key == "function_call" and isinstance(value, dict):
+                fc = st["msg"].setdefault("function_call", {"name": "", "arguments": ""})
+                fc["name"] += value.get("name") or ""
+                args = value.get("arguments") or ""
+                fc["arguments"] += args
+                if args:
+                    out.append((channel_key((*mpath, "function_call", "arguments")), args))
+            elif key == "audio" and isinstance(value, dict):
+                audio = st["msg"].setdefault("audio", {})
+                for ak, av in value.items():
+                    if ak in ("transcript", "data") and isinstance(av, str):
+                        audio[ak] = audio.get(ak, "") + av
+                        if ak == "transcript" and av:
+                            out.append((channel_key((*mpath, "audio", "transcript")), av))
+                    else:
+                        audio[ak] = av
+            elif key == "annotations" and isinstance(value, list):
+                st["msg"].setdefault("annotations", []).extend(value)
+            else:
+                st["msg"][key] = value
+        return out
+
+    def _tool_delta(self, st: Json, i: int, tc: object) -> list[TextDelta]:
+        if not isinstance(tc, dict) or not isinstance(tc.get("index"), int):
+            raise ProtocolError("openai-chat: tool call delta without index")
+        call = st["tools"].setdefault(
+            tc["index"], {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+        )
+        if tc.get("id"):
+            call["id"] = tc["id"]
+        if tc.get("type"):
+            call["type"] = tc["type"]
+        fn = tc.get("function") or {}
+        call["function"]["name"] += fn.get("name") or ""
+        args = fn.get("arguments") or ""
+        call["function"]["arguments"] += args
+        if not args:
+            return []
+        path = ("choices", i, "message", "tool_calls", tc["index"], "function", "arguments")
+        return [(channel_key(path), args)]
+
+    def body(self) -> Json:
+        if not self._done:
+            raise ProtocolError("openai-chat: stream ended without data: [DONE]")
+        body: Json = {
+            "id": self._head.get("id", ""),
+            "object": "chat.completion",
+            "created": self._head.get("created", 0),
+            "model": self._head.get("model", ""),
+            "choices": [],
+        }
+        for k in ("system_fingerprint", "service_tier"):
+            if k in self._head:
+                body[k] = self._head[k]
+        for i in sorted(self._choices):
+            st = self._choices[i]
+            msg: Json = {"role": st["msg"].pop("role", "assistant")}
+            for key in ("content", "refusal"):
+                msg[key] = "".join(st["parts"][key]) if key in st["parts"] else None
+            for key in _REASONING_KEYS:
+                if key in st["parts"]:
+                    msg[key] = "".join(st["parts"][key])
+            if st["tools"]:
+                msg["tool_calls"] = [st["tools"][k] for k in sorted(st["tools"])]
+            msg.update(st["msg"])
+            choice: Json = {
+                "index": i,
+                "message": msg,
+                "finish_reason": st["finish"],
+                "logprobs": st["logprobs"],
+            }
+            choice.update(st["extra"])
+            body["choices"].append(choice)
+        if self._usage is not None:
+            body["usage"] = self._usage
+        return body
+
+    def finish(self) -> Answer:
+        return parse_body(self.body())
+
+
+def _del_path(body: Json, path: Sequence[str | int]) -> None:
+    node: Any = body
+    for p in path[:-1]:
+        node = node[p]
+    last = path[-1]
+    if isinstance(node, dict):
+        node.pop(last, None)
+
+
+def _set_path(body: Json, path: Sequence[str | int], value: object) -> None:
+    node: Any = body
+    for p in path[:-1]:
+        node = node[p]
+    node[path[-1]] = value
+
+
+class OpenAIChat:
+    name = NAME
+
+    def request_info(self, body: Mapping[str, object]) -> RequestInfo:
+        opts = body.get("stream_options")
+        include = isinstance(opts, Mapping) and opts.get("include_usage") is True
+        n = body.get("n")
+        return RequestInfo(
+            stream=body.get("stream") is True,
+            include_usage=include,
+            n=n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1,
+        )
+
+    def request_context(
+        self, body: Mapping[str, object], ctx: ContextSet, chunk_re: re.Pattern[str] | None
+    ) -> None:
+        openai_request_context(body, ctx, chunk_re)
+
+    def parse(self, body: Mapping[str, object], route: Route) -> Answer:
+        return parse_body(body)
+
+    def stream_parser(self, route: Route) -> OpenAIStreamParser:
+        return OpenAIStreamParser()
+
+    def needs_rewrite(self, answer: Answer, policy: Policy) -> bool:
+        ch = policy.channels
+        for c in answer.channels:
+            if c.kind == "reasoning" and ch.reasoning == "withhold":
+                return True
+            if c.kind == "tool_arguments" and ch.tool_calls == "withhold":
+                return True
+        if answer.has_logprobs and ch.logprobs == "withhold":
+            return True
+        return any(not field_allowed(p, policy) for p in answer.unknown_fields)
+
+    # -- rendering ---------------------------------------------------------------------------
+
+    def _base(self, answer: Answer, policy: Policy, drop_logprobs: bool) -> Json:
+        body: Json = copy.deepcopy(dict(answer.body))
+        ch = policy.channels
+        for path in answer.unknown_fields:
+            if not field_allowed(path, policy):
+                _del_path(body, path)
+        for choice in body.get("choices", []):
+            msg = choice["message"]
+            if ch.reasoning == "withhold":
+                for key in _REASONING_KEYS:
+                    msg.pop(key, None)
+            if ch.tool_calls == "withhold":
+                msg.pop("tool_calls", None)
+                msg.pop("function_call", None)
+            if drop_logprobs or ch.logprobs == "withhold":
+                choice["logprobs"] = None
+        return body
+
+    def render(
+        self,
+        answer: Answer,
+        claims: Sequence[Claim],
+        outcome: Outcome,
+        report: Report,
+        policy: Policy,
+    ) -> dict[str, object]:
+        match outcome.decision:
+            case Decision.RELEASED:
+                body = self._base(answer, policy, drop_logprobs=False)
+            case Decision.PARTIAL:
+                body = self._partial(answer, claims, outcome, policy)
+            case Decision.ABSTAINED:
+                body = self._template(answer, template_text(outcome, policy, "no_evidence"))
+            case Decision.REVIEW:
+                body = self._template(answer, template_text(outcome, policy, "review_required"))
+            case Decision.BLOCKED:
+                return self.error_envelope(
+                    policy.release.block_status, blocked_message(outcome), BLOCKED_TYPE
+                )
+            case _:
+                raise ValueError(f"unknown decision {outcome.decision!r}")
+        self._fix_finish_reasons(body)
+        return body
+
+    def _template(self, answer: Answer, text: str) -> Json:
+        src = answer.body
+        choices = src.get("choices")
+        count = len(choices) if isinstance(choices, list) and choices else 1
+        body: Json = {
+            "id": src.get("id", ""),
+            "object": "chat.completion",
+            "created": src.get("created", 0),
+            "model": src.get("model", ""),
+            "choices": [
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
+                for i in range(count)
+            ],
+        }
+        for k in ("system_fingerprint", "service_tier", "usage"):
+            if src.get(k) is not None:
+                body[k] = copy.deepcopy(src[k])
+        return body
+
+    def _partial(
+        self, answer: Answer, claims: Sequence[Claim], outcome: Outcome, policy: Policy
+    ) -> Json:
+        body = self._base(answer, policy, drop_logprobs=True)
+        disclosure = policy.release.templates.partial
+        kept, failed = split_claims(claims, outcome)
+        all_failed = [c for cs in failed.values() for c in cs]
+        drop_tools: dict[int, set[int]] = {}
+        for idx, channel in enumerate(answer.channels):
+            lost = idx in failed or (all_failed and leaks(channel, all_failed))
+            if not lost:
+                continue
+            msg = body["choices"][channel.choice]["message"]
+            path = channel.path
+            if channel.kind in ("content", "refusal", "transcript"):
+                new, mapping = rebuild_with_map(channel.text, kept.get(idx, []), disclosure)
+                if channel.kind == "transcript":
+                    # The audio speaks the removed claim; only the rebuilt text may go out.
+                    msg.pop("audio", None)
+                    if msg.get("content") is None:
+                        msg["content"] = new
+                    continue
+                _set_path(body, path, new)
+                if channel.kind == "content" and isinstance(msg.get("annotations"), list):
+                    msg["annotations"] = _remap_annotations(msg["annotations"], mapping)
+            elif channel.kind == "tool_arguments":
+                if "tool_calls" in path:
+                    drop_tools.setdefault(channel.choice, set()).add(int(path[4]))
+                else:
+                    msg.pop("function_call", None)
+            elif channel.kind == "reasoning":
+                msg.pop(str(path[-1]), None)
+        for ci, gone in drop_tools.items():
+            msg = body["choices"][ci]["message"]
+            calls = msg.get("tool_calls")
+            if isinstance(calls, list):
+                left = [c for i, c in enumerate(calls) if i not in gone]
+                if left:
+                    msg["tool_calls"] = left
+                else:
+                    msg.pop("tool_calls")
+        return body
+
+    @staticmethod
+    def _fix_finish_reasons(body: Json) -> None:
+        for choice in body.get("choices", []):
+            msg = choice.get("message", {})
+            if choice.get("finish_reason") == "tool_calls" and not msg.get("tool_calls"):
+                choice["finish_reason"] = "stop"
+            if choice.get("finish_reason") == "function_call" and not msg.get("function_call"):
+                choice["finish_reason"] = "stop"
+
+    def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]:
+        return {"error": {"message": message, "type": type_, "param": None, "code": None}}
+
+    def error_event(self, message: str, type_: str) -> SSEEvent:
+        return SSEEvent(data=json.dumps(self.error_envelope(0, message, type_)))
+
+    def to_stream(self, body: Mapping[str, object], include_usage: bool) -> list[SSEEvent]:
+        head: Json = {
+            "id": body.get("id", ""),
+            "object": "chat.completion.chunk",
+            "created": body.get("created", 0),
+            "model": body.get("model", ""),
+        }
+        for k in ("system_fingerprint", "service_tier"):
+            if body.get(k) is not None:
+                head[k] = body[k]
+        events: list[SSEEvent] = []
+
+        def frame(index: int, delta: Json, finish: object = None, logprobs: object = None) -> None:
+            chunk: Json = {
+                **head,
+                "choices": [
+                    {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+                ],
+            }
+            if include_usage:
+                chunk["usage"] = None
+            events.append(SSEEvent(data=json.dumps(chunk, ensure_ascii=False)))
+
+        choices = body.get("choices")
+        for pos, choice in enumerate(choices if isinstance(choices, list) else []):
+            i = choice.get("index", pos)
+            msg: Json = dict(choice.get("message") or {})
+            first: Json = {"role": msg.get("role", "assistant"), "content": ""}
+            if msg.get("refusal") is None and "refusal" in msg:
+                first["refusal"] = None
+            frame(i, first)
+            for key in (*_REASONING_KEYS, "content", "refusal"):
+                if isinstance(msg.get(key), str) and msg[key]:
+                    lp = choice.get("logprobs") if key == "content" else None
+                    frame(i, {key: msg[key]}, logprobs=lp)
+            for ti, call in enumerate(msg.get("tool_calls") or []):
+                fn = call.get("function") or {}
+                frame(
+                    i,
+                    {
+                        "tool_calls": [
+                            {
+                                "index": ti,
+                                "id": call.get("id"),
+                                "type": call.get("type", "function"),
+                                "function": {"name": fn.get("name", ""), "arguments": ""},
+                            }
+                        ]
+                    },
+                )
+                if fn.get("arguments"):
+                    frame(
+                        i,
+                        {"tool_calls": [{"index": ti, "function": {"arguments": fn["arguments"]}}]},
+                    )
+            if isinstance(msg.get("function_call"), dict):
+                frame(i, {"function_call": msg["function_call"]})
+            if isinstance(msg.get("audio"), dict):
+                frame(i, {"audio": msg["audio"]})
+            if msg.get("annotations"):
+                frame(i, {"annotations": msg["annotations"]})
+            for k, v in msg.items():
+                if k not in _MESSAGE_KEYS:
+                    frame(i, {k: v})
+            frame(i, {}, finish=choice.get("finish_reason") or "stop")
+        if include_usage and body.get("usage") is not None:
+            events.append(
+                SSEEvent(data=json.dumps({**head, "choices": [], "usage": body["usage"]}))
+            )
+        events.append(SSEEvent(data="[DONE]"))
+        return events
+
+
+def _remap_annotations(
+    annotations: list[Any], mapping: Sequence[tuple[int, int, int]]
+) -> list[Any]:
+    """Keep annotations whose span survives whole in a kept piece, with shifted offsets."""
+    out: list[Any] = []
+    for ann in annotations:
+        span = ann.get("url_citation") if isinstance(ann, dict) else None
+        if not isinstance(span, dict):
+            continue
+        s, e = span.get("start_index"), span.get("end_index")
+        if not isinstance(s, int) or not isinstance(e, int):
+            continue
+        for old_s, old_e, new_s in mapping:
+            if old_s <= s and e <= old_e:
+                moved = copy.deepcopy(ann)
+                moved["url_citation"]["start_index"] = new_s + (s - old_s)
+                moved["url_citation"]["end_index"] = new_s + (e - old_s)
+                out.append(moved)
+                break
+    return out

@@ -1,0 +1,260 @@
+"""rag-json: any JSON RAG endpoint, read through the route's RFC 6901 pointers.
+
+The answer text (`rag.answer`) is a content channel; a structured claims list (`rag.claims`,
+items `{text, citations}`) is a content channel whose `structured` holds the claims. A body
+the gateway rewrites (partial, abstained, review) keeps only the fields the pointers name,
+because fields outside them have an unknown meaning and could repeat withheld text.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gateway import jsonpointer
+from gateway.context import generic_request_context
+from gateway.errors import ProtocolError
+from gateway.policy import Policy, RagSpec, Route
+from gateway.protocols.base import (
+    BLOCKED_TYPE,
+    RequestInfo,
+    TextDelta,
+    blocked_message,
+    rebuild_text,
+    split_claims,
+    template_text,
+)
+from gateway.sse import SSEEvent
+from gateway.types import Answer, Channel, Claim, ContextSet, Decision, Outcome, Report
+
+__all__ = ["RagJson", "RagJsonStreamParser"]
+
+NAME = "rag-json"
+Json = dict[str, Any]
+
+
+def _spec(route: Route) -> RagSpec:
+    return route.rag if route.rag is not None else RagSpec(answer="/answer")
+
+
+def _citation_id(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, Mapping):
+        return _citation_id(value.get("id"))
+    raise ProtocolError("rag-json: a claim citation is neither an id nor an object with one")
+
+
+def parse_body(body: object, rag: RagSpec) -> Answer:
+    if not isinstance(body, Mapping):
+        raise ProtocolError("rag-json: response body is not a JSON object")
+    answer = Answer(protocol=NAME, body=dict(body))
+    found = False
+    if rag.answer is not None:
+        text = jsonpointer.resolve(body, rag.answer)
+        if isinstance(text, str):
+            answer.channels.append(Channel("content", jsonpointer.parse(rag.answer), text))
+            found = True
+        elif text is not jsonpointer.MISSING and text is not None:
+            raise ProtocolError(f"rag-json: answer at {rag.answer!r} is not a string")
+    if rag.claims is not None:
+        items = jsonpointer.resolve(body, rag.claims)
+        if isinstance(items, list):
+            claims: list[tuple[str, tuple[str, ...]]] = []
+            for i, item in enumerate(items):
+                if not isinstance(item, Mapping) or not isinstance(item.get(rag.claim_text), str):
+                    raise ProtocolError(f"rag-json: claim {i} has no text")
+                cits = item.get(rag.claim_citations)
+                if cits is None:
+                    cits = []
+                if not isinstance(cits, list):
+                    raise ProtocolError(f"rag-json: claim {i} citations is not a list")
+                claims.append((str(item[rag.claim_text]), tuple(_citation_id(c) for c in cits)))
+            answer.channels.append(
+                Channel(
+                    "content",
+                    jsonpointer.parse(rag.claims),
+                    "\n".join(t for t, _ in claims),
+                    structured=tuple(claims),
+                )
+            )
+            found = True
+        elif items is not jsonpointer.MISSING and items is not None:
+            raise ProtocolError(f"rag-json: claims at {rag.claims!r} is not a list")
+    if not found:
+        raise ProtocolError("rag-json: the response has neither answer text nor claims")
+    usage = body.get("usage")
+    if isinstance(usage, Mapping):
+        for dst, keys in (
+            ("input", ("input_tokens", "prompt_tokens")),
+            ("output", ("output_tokens", "completion_tokens")),
+        ):
+            for k in keys:
+                v = usage.get(k)
+                if isinstance(v, int) and not isinstance(v, bool):
+                    answer.usage = {**answer.usage, dst: v}
+                    break
+    return answer
+
+
+def _project(node: Any, paths: list[tuple[str, ...]]) -> Any:
+    """Only the parts of `node` on `paths` (list slots off every path become null)."""
+    if any(not p for p in paths):
+        return copy.deepcopy(node)
+    heads: dict[str, list[tuple[str, ...]]] = {}
+    for p in paths:
+        heads.setdefault(p[0], []).append(p[1:])
+    if isinstance(node, Mapping):
+        return {k: _project(node[k], rest) for k, rest in heads.items() if k in node}
+    if isinstance(node, list):
+        out: list[Any] = [None] * len(node)
+        for k, rest in heads.items():
+            if k.isdigit() and int(k) < len(node):
+                out[int(k)] = _project(node[int(k)], rest)
+        return out
+    return None
+
+
+def _set(doc: Any, tokens: Sequence[str], value: object) -> None:
+    node = doc
+    for t in tokens[:-1]:
+        node = node[int(t)] if isinstance(node, list) else node.setdefault(t, {})
+    if isinstance(node, list):
+        node[int(tokens[-1])] = value
+    else:
+        node[tokens[-1]] = value
+
+
+class RagJsonStreamParser:
+    """rag-json has no token stream: each event carries a whole body; the last one counts."""
+
+    def __init__(self, rag: RagSpec) -> None:
+        self._rag = rag
+        self._last: object = None
+
+    def feed(self, event: SSEEvent) -> list[TextDelta]:
+        if event.event == "error":
+            raise ProtocolError("rag-json: the stream carried an error event")
+        try:
+            self._last = json.loads(event.data)
+        except ValueError as exc:
+            raise ProtocolError("rag-json: stream event is not JSON") from exc
+        return []
+
+    def finish(self) -> Answer:
+        if self._last is None:
+            raise ProtocolError("rag-json: the stream carried no body")
+        return parse_body(self._last, self._rag)
+
+
+class RagJson:
+    name = NAME
+
+    def request_info(self, body: Mapping[str, object]) -> RequestInfo:
+        return RequestInfo(stream=False, include_usage=False, n=1)
+
+    def request_context(
+        self, body: Mapping[str, object], ctx: ContextSet, chunk_re: re.Pattern[str] | None
+    ) -> None:
+        generic_request_context(body, ctx, chunk_re)
+
+    def parse(self, body: Mapping[str, object], route: Route) -> Answer:
+        return parse_body(body, _spec(route))
+
+    def stream_parser(self, route: Route) -> RagJsonStreamParser:
+        return RagJsonStreamParser(_spec(route))
+
+    def needs_rewrite(self, answer: Answer, policy: Policy) -> bool:
+        return False
+
+    def render(
+        self,
+        answer: Answer,
+        claims: Sequence[Claim],
+        outcome: Outcome,
+        report: Report,
+        policy: Policy,
+    ) -> dict[str, object]:
+        match outcome.decision:
+            case Decision.RELEASED:
+                return copy.deepcopy(dict(answer.body))
+            case Decision.PARTIAL:
+                return self._partial(answer, claims, outcome, policy)
+            case Decision.ABSTAINED:
+                return self._template(answer, template_text(outcome, policy, "no_evidence"))
+            case Decision.REVIEW:
+                return self._template(answer, template_text(outcome, policy, "review_required"))
+            case Decision.BLOCKED:
+                return self.error_envelope(
+                    policy.release.block_status, blocked_message(outcome), BLOCKED_TYPE
+                )
+            case _:
+                raise ValueError(f"unknown decision {outcome.decision!r}")
+
+    @staticmethod
+    def _paths(answer: Answer) -> list[tuple[str, ...]]:
+        return [tuple(str(p) for p in c.path) for c in answer.channels]
+
+    def _skeleton(self, answer: Answer, extra: Sequence[tuple[str, ...]]) -> Json:
+        body = _project(answer.body, [*self._paths(answer), *extra])
+        return body if isinstance(body, dict) else {}
+
+    def _template(self, answer: Answer, text: str) -> Json:
+        body: Json = self._skeleton(answer, [])
+        for c in answer.channels:
+            tokens = [str(p) for p in c.path]
+            _set(body, tokens, [] if c.structured is not None else text)
+        if not any(c.structured is None for c in answer.channels):
+            body["answer"] = text
+        return body
+
+    def _partial(
+        self, answer: Answer, claims: Sequence[Claim], outcome: Outcome, policy: Policy
+    ) -> Json:
+        body = self._skeleton(answer, [])
+        disclosure = policy.release.templates.partial
+        kept, _failed = split_claims(claims, outcome)
+        for idx, c in enumerate(answer.channels):
+            tokens = [str(p) for p in c.path]
+            mine = kept.get(idx, [])
+            if c.structured is None:
+                _set(body, tokens, rebuild_text(c.text, mine, disclosure))
+                continue
+            items = jsonpointer.resolve(answer.body, tokens)
+            if not isinstance(items, list):
+                raise ProtocolError("rag-json: claims list vanished from the answer body")
+            all_mine = sorted((cl for cl in claims if cl.channel == idx), key=lambda cl: cl.index)
+            keep_pos = {pos for pos, cl in enumerate(all_mine) if cl in mine and pos < len(items)}
+            if len(all_mine) != len(items):
+                # Claims do not line up one-to-one with items: match by text instead.
+                texts = {cl.text for cl in mine}
+                keep_pos = {i for i, (t, _) in enumerate(c.structured) if t in texts}
+            new_items: list[Any] = [copy.deepcopy(items[i]) for i in sorted(keep_pos)]
+            rag = _rag_for(c, policy)
+            new_items.append({rag.claim_text: disclosure, rag.claim_citations: []})
+            _set(body, tokens, new_items)
+        return body
+
+    def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]:
+        return {"error": {"message": message, "type": type_, "code": status}}
+
+    def error_event(self, message: str, type_: str) -> SSEEvent:
+        return SSEEvent(data=json.dumps(self.error_envelope(0, message, type_)), event="error")
+
+    def to_stream(self, body: Mapping[str, object], include_usage: bool) -> list[SSEEvent]:
+        return [SSEEvent(data=json.dumps(body, ensure_ascii=False))]
+
+
+def _rag_for(channel: Channel, policy: Policy) -> RagSpec:
+    """The RagSpec whose claims pointer names this channel (for item field names)."""
+    for route in policy.routes:
+        rag = route.rag
+        path = tuple(str(p) for p in channel.path)
+        if rag is not None and rag.claims is not None and jsonpointer.parse(rag.claims) == path:
+            return rag
+    return RagSpec()
