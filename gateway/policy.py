@@ -364,11 +364,21 @@ def _index_lines(
                 )
             first[key] = line
             lines[(*loc, key)] = line
+            if key_node.tag.endswith(":int"):
+                # pydantic reports a non-string key by its constructed int value
+                lines.setdefault((*loc, _yaml_int(key)), line)
             _index_lines(value_node, (*loc, key), lines, stack, file)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
             _index_lines(item, (*loc, i), lines, stack, file)
     stack.discard(id(node))
+
+
+def _yaml_int(text: str) -> int | str:
+    try:
+        return int(text.replace("_", ""), 0)
+    except ValueError:
+        return text
 
 
 def _parse_yaml(file: str, text: str) -> tuple[Any, dict[Loc, int]]:
@@ -448,6 +458,10 @@ def _reason(err: Mapping[str, Any]) -> tuple[Loc, str]:
         hint = difflib.get_close_matches(key, _keys_at(parent), n=1)
         suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
         return loc, f"unknown key {key!r}{where}{suggestion}"
+    if err["type"] == "invalid_key":
+        parent = loc[:-1]
+        where = f" in {_dotted(parent)}" if parent else ""
+        return loc, f"key {loc[-1]!r}{where} must be a string; quote it"
     if err["type"] == "missing":
         parent = loc[:-1]
         where = f" in {_dotted(parent)}" if parent else ""

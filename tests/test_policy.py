@@ -299,6 +299,12 @@ def test_shipped_policies_have_the_documented_choices() -> None:
             "not a valid name",
             id="policy-name",
         ),
+        pytest.param(
+            MINIMAL + "404: gone\n",
+            6,
+            "key 404 must be a string; quote it",
+            id="non-string-key",
+        ),
         pytest.param("- just\n- a list\n", 1, "YAML mapping at the top level", id="not-mapping"),
         pytest.param("", 1, "the file is empty", id="empty"),
         pytest.param(MINIMAL + "---\nname: q\n", 6, "YAML syntax error", id="two-documents"),
