@@ -345,13 +345,15 @@ Loc = tuple[str | int, ...]
 
 
 def _index_lines(
-    node: yaml.Node, loc: Loc, lines: dict[Loc, int], stack: set[int], file: str
+    node: yaml.Node, loc: Loc, lines: dict[Loc, int], seen: set[int], file: str
 ) -> None:
     """Record the 1-based line of every key and item; reject duplicate mapping keys."""
     lines.setdefault(loc, node.start_mark.line + 1)
-    if id(node) in stack:  # a recursive alias; the model rejects the value itself
+    if id(node) in seen:
+        # An alias: its keys are indexed where the anchor is, and walking it again would be
+        # exponential for nested aliases. Errors inside it point at the alias's own key.
         return
-    stack.add(id(node))
+    seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
         first: dict[str, int] = {}
         for key_node, value_node in node.value:
@@ -367,11 +369,10 @@ def _index_lines(
             if key_node.tag.endswith(":int"):
                 # pydantic reports a non-string key by its constructed int value
                 lines.setdefault((*loc, _yaml_int(key)), line)
-            _index_lines(value_node, (*loc, key), lines, stack, file)
+            _index_lines(value_node, (*loc, key), lines, seen, file)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _index_lines(item, (*loc, i), lines, stack, file)
-    stack.discard(id(node))
+            _index_lines(item, (*loc, i), lines, seen, file)
 
 
 def _yaml_int(text: str) -> int | str:

@@ -463,3 +463,29 @@ def test_loaded_policies_are_hashable_and_equal_by_version(tmp_path: Path) -> No
     assert a == b and hash(a) == hash(b)
     assert a != c
     assert len({a, b, c}) == 2
+
+
+def test_aliases_are_indexed_once_and_errors_inside_them_point_at_the_use(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        name: p
+        x-match: &m {path: /a, colour: red}
+        routes:
+          - name: chat
+            match: *m
+            protocol: openai-chat
+        """,
+    )
+    err = error_of(path)
+    assert "unknown key 'x-match' at the top level" in err.message
+    out = io.StringIO()
+    assert check_paths([str(path)], out) == 1
+    assert f"{path}:5: error: unknown key 'colour' in routes[0].match" in out.getvalue()
+
+
+def test_nested_aliases_do_not_explode(tmp_path: Path) -> None:
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 7)]
+    err = error_of(write(tmp_path, "\n".join(levels) + "\n"))
+    assert err.line == 1  # routes / name missing, reported at the document
