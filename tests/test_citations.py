@@ -2,9 +2,10 @@ import pytest
 
 from gateway.citations import CitationParser, forbidden_char
 from gateway.policy import Citations
+from gateway.types import Citation
 
 
-def parse(text: str, fmt: str = "doc-chunk", pattern: str | None = None):
+def parse(text: str, fmt: str = "doc-chunk", pattern: str | None = None) -> list[Citation]:
     return CitationParser(Citations(format=fmt, pattern=pattern)).find(text)  # type: ignore[arg-type]
 
 

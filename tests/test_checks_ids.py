@@ -1,0 +1,121 @@
+import pytest
+
+from gateway import checks
+from gateway.checks.base import run_safely
+from gateway.checks.ids import HallucinatedCitation, MalformedCitation, MissingCitation, StaleSource
+from gateway.citations import CitationParser
+from gateway.policy import Citations, Policy
+from gateway.types import (
+    CheckResult,
+    Chunk,
+    Citation,
+    Claim,
+    ContextSet,
+    Document,
+    NativeLocation,
+    Status,
+)
+
+PARSER = CitationParser(Citations())
+
+
+def claim(text: str, *extra: Citation, exempt: bool = False) -> Claim:
+    return Claim(0, 0, text, 0, len(text), (*PARSER.find(text), *extra), exempt)
+
+
+CTX = ContextSet()
+CTX.extend([Chunk("a:1", "alpha text", "v1"), Chunk("b:2", "beta"), Chunk("c:3", None, "2")])
+
+
+def test_missing_citation() -> None:
+    check = MissingCitation()
+    assert check.run(claim("No citation here."), CTX).reason == "missing_citation"
+    assert check.run(claim("Cited [a:1]."), CTX).status is Status.PASS
+    assert check.run(claim("I don't know.", exempt=True), CTX).status is Status.PASS
+
+
+def test_malformed_citation() -> None:
+    check = MalformedCitation()
+    r = check.run(claim("Bad [a:] marker."), CTX)
+    assert (r.status, r.reason, r.detail) == (Status.FAIL, "malformed_citation", "empty half")
+    assert check.run(claim("Bidi [a\u202e:1]."), CTX).reason == "malformed_citation"
+    assert check.run(claim("Fine [a:1]."), CTX).status is Status.PASS
+
+
+def test_hallucinated_citation() -> None:
+    check = HallucinatedCitation()
+    assert check.run(claim("Real [a:1][b:2]."), CTX).status is Status.PASS
+    assert check.run(claim("Made up [z:9]."), CTX).reason == "hallucinated_citation"
+    assert check.run(claim("Mixed [a:1][z:9]."), CTX).reason == "hallucinated_citation"
+    # a malformed marker is malformed_citation's business, not this check's
+    assert check.run(claim("Bad [a:]."), CTX).status is Status.PASS
+
+
+def test_homoglyph_is_hallucinated() -> None:
+    r = HallucinatedCitation().run(claim("Looks right [а:1]."), CTX)  # Cyrillic а
+    assert r.reason == "hallucinated_citation"
+
+
+def test_native_citation_out_of_range_is_hallucinated() -> None:
+    ctx = ContextSet(documents=[Document(0, "text", "Hello world")])
+    ok = NativeLocation("char_location", "Hello", document_index=0, start=0, end=5)
+    bad = NativeLocation("char_location", "Hello", document_index=3, start=0, end=5)
+    sr = NativeLocation("search_result_location", "x", search_result_index=0, start=0, end=1)
+    check = HallucinatedCitation()
+    assert check.run(claim("Hi.", Citation("", "", native=ok)), ctx).status is Status.PASS
+    assert check.run(claim("Hi.", Citation("", "", native=bad)), ctx).reason == (
+        "hallucinated_citation"
+    )
+    assert check.run(claim("Hi.", Citation("", "", native=sr)), ctx).reason == (
+        "hallucinated_citation"
+    )
+
+
+def test_stale_source() -> None:
+    check = StaleSource()
+    assert check.run(claim("Same [a:1@v1]."), CTX).status is Status.PASS
+    assert check.run(claim("Old [a:1@v0]."), CTX).reason == "stale_source"
+    assert check.run(claim("Chunk unversioned [b:2@v9]."), CTX).status is Status.PASS
+    assert check.run(claim("No version cited [a:1]."), CTX).status is Status.PASS
+    assert check.run(claim("Unknown chunk [q:1@v1]."), CTX).status is Status.PASS
+    assert check.run(claim("Id only chunk [c:3@1]."), CTX).reason == "stale_source"
+
+
+def test_build_follows_policy_order() -> None:
+    p = Policy.model_validate(
+        {
+            "name": "t",
+            "routes": [{"name": "r", "match": {"path": "/x"}, "protocol": "openai-chat"}],
+            "checks": ["number_mismatch", "missing_citation", "unsupported"],
+            "support": {"threshold": 0.7},
+        }
+    )
+    built = checks.build(p)
+    assert [c.name for c in built] == ["number_mismatch", "missing_citation", "unsupported"]
+
+
+def test_default_policy_builds_all_default_checks() -> None:
+    p = Policy.model_validate(
+        {"name": "t", "routes": [{"name": "r", "match": {"path": "/x"}, "protocol": "openai-chat"}]}
+    )
+    assert [c.name for c in checks.build(p)] == p.checks
+
+
+class _Boom:
+    name = "boom"
+
+    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
+        raise RuntimeError("bug")
+
+
+class _Liar:
+    name = "liar"
+
+    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
+        return None  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("check", [_Boom(), _Liar()])
+def test_crashing_check_is_an_error_not_an_exception(check: checks.Check) -> None:
+    r = run_safely(check, claim("x [a:1]."), CTX)
+    assert r.status is Status.ERROR and r.kind == "crash"
