@@ -1,0 +1,239 @@
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from gateway.checks.ids import MissingCitation
+from gateway.policy import Policy
+from gateway.types import (
+    Answer,
+    Channel,
+    CheckResult,
+    Chunk,
+    Citation,
+    Claim,
+    ContextSet,
+    Document,
+    NativeLocation,
+)
+from gateway.verify import Verifier
+
+
+def make_policy(**kw: Any) -> Policy:
+    base: dict[str, Any] = {
+        "name": "t",
+        "routes": [{"name": "r", "match": {"path": "/x"}, "protocol": "openai-chat"}],
+    }
+    return Policy.model_validate(base | kw)
+
+
+def answer(*texts: str, kind: str = "content") -> Answer:
+    return Answer(
+        protocol="rag-json",
+        body={},
+        channels=[Channel(kind=kind, path=("answer",), text=t) for t in texts],  # type: ignore[arg-type]
+    )
+
+
+CTX = ContextSet()
+CTX.extend(
+    [
+        Chunk("a:1", "The plant opened in 2021 and serves 1200 homes.", "v1"),
+        Chunk("b:2", "It runs on wind power."),
+    ]
+)
+
+
+def test_all_verified() -> None:
+    report = Verifier(make_policy()).verify(
+        answer("The plant opened in 2021 [a:1]. It runs on wind [b:2]."), CTX
+    )
+    assert [c.verdict for c in report.claims] == ["verified", "verified"]
+    assert report.all_verified and report.context_fingerprint == CTX.fingerprint
+    assert report.seconds >= 0
+
+
+def test_first_failure_in_policy_order_decides() -> None:
+    text = "It opened in 2020 [z:9]."  # hallucinated id and a wrong number
+    r1 = Verifier(make_policy()).verify(answer(text), CTX).claims[0]
+    assert (r1.verdict, r1.reason, r1.check) == ("failed", "hallucinated_citation",
+                                                 "hallucinated_citation")
+    p2 = make_policy(checks=["number_mismatch", "hallucinated_citation"])
+    r2 = Verifier(p2).verify(answer(text), CTX).claims[0]
+    assert r2.reason == "number_mismatch"
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("The plant opened in 2021.", "missing_citation"),
+        ("The plant opened [a:].", "malformed_citation"),
+        ("The plant opened [q:1].", "hallucinated_citation"),
+        ("The plant opened [a:1@v0].", "stale_source"),
+        ('It said "serves 1300 homes" [a:1].', "quote_mismatch"),
+        ("It serves 1300 homes [a:1].", "number_mismatch"),
+    ],
+)
+def test_each_failure_reason(text: str, reason: str) -> None:
+    r = Verifier(make_policy()).verify(answer(text), CTX).claims[0]
+    assert (r.verdict, r.reason) == ("failed", reason)
+
+
+def test_unsupported_and_source_text_unavailable() -> None:
+    p = make_policy(checks=["unsupported"])
+    ctx = ContextSet()
+    ctx.extend([*CTX.chunks.values(), Chunk("id:only")])
+    assert Verifier(p).verify(answer("Bananas are yellow fruit [a:1]."), ctx).claims[0].reason == (
+        "unsupported"
+    )
+    assert Verifier(p).verify(answer("Bananas are yellow [id:only]."), ctx).claims[0].reason == (
+        "source_text_unavailable"
+    )
+
+
+def test_exempt_and_zero_claims() -> None:
+    v = Verifier(make_policy())
+    r = v.verify(answer("I don't know. It runs on wind [b:2]."), CTX)
+    assert [c.verdict for c in r.claims] == ["exempt", "verified"]
+    empty = v.verify(answer("", "# Only a heading\n```\ncode\n```"), CTX)
+    assert empty.claims == () and empty.all_verified
+
+
+def test_claim_indices_span_channels_in_order() -> None:
+    claims = Verifier(make_policy()).claims(answer("One [a:1]. Two [b:2].", "Three [a:1]."))
+    assert [(c.index, c.channel, c.text) for c in claims] == [
+        (0, 0, "One [a:1]."),
+        (1, 0, "Two [b:2]."),
+        (2, 1, "Three [a:1]."),
+    ]
+
+
+def test_channel_kinds_follow_policy() -> None:
+    a = Answer("openai-chat", {}, [
+        Channel("content", ("c",), "Content [a:1]."),
+        Channel("reasoning", ("r",), "Thinking aloud."),
+        Channel("tool_arguments", ("t",), '{"q": "x"}'),
+        Channel("refusal", ("f",), "Refused."),
+        Channel("transcript", ("s",), "Spoken."),
+    ])
+    default = Verifier(make_policy()).claims(a)
+    assert [c.channel for c in default] == [0, 2, 3, 4]
+    withheld = Verifier(make_policy(channels={"tool_calls": "pass"})).claims(a)
+    assert [c.channel for c in withheld] == [0, 3, 4]
+    reasoning = Verifier(make_policy(channels={"reasoning": "verify"})).claims(a)
+    assert [c.channel for c in reasoning] == [0, 1, 2, 3, 4]
+
+
+def test_structured_claims() -> None:
+    text = "It runs on wind. Opened in 2021 [a:1]."
+    ch = Channel("content", ("answer",), text,
+                 structured=(("It runs on wind.", ("b:2",)),
+                             ("Opened in 2021 [a:1].", ("a:1@v0",)),
+                             ("Elsewhere.", ())))
+    v = Verifier(make_policy())
+    claims = v.claims(Answer("rag-json", {}, [ch]))
+    assert [c.text for c in claims] == [s[0] for s in ch.structured or ()]
+    assert claims[0].citations[0].id == "b:2" and claims[0].start == 0
+    assert [(c.id, c.version) for c in claims[1].citations] == [("a:1", "v0"), ("a:1", None)]
+    assert text[claims[1].start : claims[1].end] == claims[1].text
+    assert claims[2].start == -1
+    verdicts = [(c.verdict, c.reason) for c in v.verify_claims(claims, CTX)]
+    assert verdicts == [("verified", None), ("failed", "stale_source"),
+                        ("failed", "missing_citation")]
+
+
+def test_native_citations_attach_by_overlap() -> None:
+    loc = NativeLocation("char_location", "wind power", document_index=0, start=11, end=21)
+    cit = Citation("", "", native=loc)
+    text = "It is windy. It uses wind power. Unrelated."
+    ch = Channel("content", ("content", 0), text, native=((13, 32, cit),))
+    ctx = ContextSet(documents=[Document(0, "text", "It runs on wind power.")])
+    v = Verifier(make_policy(checks=["missing_citation", "quote_mismatch"]))
+    claims = v.claims(Answer("anthropic-messages", {}, [ch]))
+    assert [len(c.citations) for c in claims] == [0, 1, 0]
+    report = v.verify_claims(claims, ctx)
+    assert [r.verdict for r in report] == ["failed", "verified", "failed"]
+
+
+class _Judge:
+    """A stand-in for a remote LLM judge: says YES unless the claim mentions 'moon'."""
+
+    name = "unsupported"
+
+    def __init__(self, delay: float = 0.0, crash: bool = False, short: bool = False) -> None:
+        self.delay, self.crash, self.short = delay, crash, short
+        self.seen: list[int] = []
+
+    async def run_batch(
+        self, claims: Sequence[Claim], ctx: ContextSet, deadline: float
+    ) -> list[CheckResult]:
+        self.seen = [c.index for c in claims]
+        await asyncio.sleep(self.delay)
+        if self.crash:
+            raise ConnectionError("judge down")
+        out = [
+            CheckResult.fail(self.name, "unsupported") if "moon" in c.text
+            else CheckResult.ok(self.name)
+            for c in claims
+        ]
+        return out[:-1] if self.short else out
+
+
+async def test_async_check_runs_in_batch() -> None:
+    judge = _Judge()
+    v = Verifier(make_policy(), checks=[MissingCitation(), judge])
+    r = await v.averify(answer("I don't know. Wind [b:2]. The moon [a:1]."), CTX, 1.0)
+    assert [(c.verdict, c.reason) for c in r.claims] == [
+        ("exempt", None), ("verified", None), ("failed", "unsupported"),
+    ]
+    assert judge.seen == [1, 2]  # exempt claims are not sent
+
+
+async def test_async_check_timeout_is_error_never_pass() -> None:
+    v = Verifier(make_policy(), checks=[MissingCitation(), _Judge(delay=0.5)])
+    r = await v.averify(answer("Wind [b:2]."), CTX, 0.05)
+    c = r.claims[0]
+    assert (c.verdict, c.error_kind, c.check) == ("errored", "timeout", "unsupported")
+    assert r.any_errored
+
+
+@pytest.mark.parametrize("judge", [_Judge(crash=True), _Judge(short=True)])
+async def test_async_check_crash_is_error(judge: _Judge) -> None:
+    v = Verifier(make_policy(), checks=[judge])
+    r = await v.averify(answer("Wind [b:2]. Sun [a:1]."), CTX, 1.0)
+    assert [(c.verdict, c.error_kind) for c in r.claims] == [("errored", "crash")] * 2
+
+
+async def test_expired_deadline_is_timeout() -> None:
+    v = Verifier(make_policy(), checks=[_Judge()])
+    r = await v.averify(answer("Wind [b:2]."), CTX, 0.0)
+    assert r.claims[0].error_kind == "timeout"
+
+
+def test_sync_verify_cannot_pass_an_async_check() -> None:
+    v = Verifier(make_policy(), checks=[_Judge()])
+    r = v.verify(answer("Wind [b:2]."), CTX)
+    assert (r.claims[0].verdict, r.claims[0].error_kind) == ("errored", "async_unavailable")
+
+
+def test_sync_failure_before_async_check_decides() -> None:
+    v = Verifier(make_policy(), checks=[MissingCitation(), _Judge()])
+    r = asyncio.run(v.averify(answer("No citation about the moon."), CTX, 1.0))
+    assert r.claims[0].reason == "missing_citation"
+
+
+def test_crashing_sync_check_is_errored() -> None:
+    class Boom:
+        name = "boom"
+
+        def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
+            raise KeyError("x")
+
+    r = Verifier(make_policy(), checks=[Boom()]).verify(answer("Wind [b:2]."), CTX)
+    assert (r.claims[0].verdict, r.claims[0].error_kind) == ("errored", "crash")
+
+
+def test_rejects_objects_that_are_not_checks() -> None:
+    with pytest.raises(TypeError):
+        Verifier(make_policy(), checks=[object()])  # type: ignore[list-item]
