@@ -98,7 +98,7 @@ def rebuild_text(text: str, kept: Sequence[Claim], disclosure: str | None) -> st
     """
     parts: list[str] = []
     prev: Claim | None = None
-    for claim in sorted(kept, key=lambda c: (c.start, c.index)):
+    for claim in sorted(kept, key=lambda c: c.index):
         if claim.start < 0:
             if parts:
                 parts.append("\n")
