@@ -1,0 +1,195 @@
+"""The `citewarden` command: serve, demo, verify, policy check, report.
+
+Argument parsing and exit codes only; each command's work lives in its own module.
+Exit codes: 0 success, 1 the command's negative answer, 2 bad input or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from gateway.errors import GatewayError, PolicyError
+
+PROTOCOLS = ("openai-chat", "anthropic-messages", "rag-json")
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"CITEWARDEN_{name}", default)
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = _env(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(f"citewarden: CITEWARDEN_{name} must be an integer, got {raw!r}") from None
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = _env(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise SystemExit(f"citewarden: CITEWARDEN_{name} must be a number, got {raw!r}") from None
+
+
+def _add_server_flags(p: argparse.ArgumentParser, *, default_port: int) -> None:
+    p.add_argument("--host", default=_env("HOST", "0.0.0.0"))
+    p.add_argument("--port", type=int, default=_env_int("PORT", default_port))
+    p.add_argument("--admin-port", type=int, default=_env_int("ADMIN_PORT", 9090))
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=_env_float("CONNECT_TIMEOUT", 5.0),
+        help="seconds to connect to the upstream (env CITEWARDEN_CONNECT_TIMEOUT)",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        default=_env_float("READ_TIMEOUT", 60.0),
+        help="seconds between upstream bytes (env CITEWARDEN_READ_TIMEOUT)",
+    )
+    p.add_argument(
+        "--total-timeout",
+        type=float,
+        default=_env_float("TOTAL_TIMEOUT", 300.0),
+        help="seconds for a whole upstream exchange (env CITEWARDEN_TOTAL_TIMEOUT)",
+    )
+    p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=_env_int("MAX_REQUEST_BYTES", 4 * 1024 * 1024),
+    )
+    p.add_argument(
+        "--max-response-bytes",
+        type=int,
+        default=_env_int("MAX_RESPONSE_BYTES", 16 * 1024 * 1024),
+    )
+    p.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=_env_float("SHUTDOWN_GRACE", 20.0),
+        help="seconds in-flight requests get to finish after SIGTERM",
+    )
+    p.add_argument(
+        "--reload-interval",
+        type=float,
+        default=_env_float("RELOAD_INTERVAL", 2.0),
+        help="seconds between policy file checks (0 disables hot reload)",
+    )
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="citewarden",
+        description="Releases LLM/RAG answers only when their citations verify.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the proxy in front of an upstream")
+    serve.add_argument("--upstream", default=_env("UPSTREAM"), help="env CITEWARDEN_UPSTREAM")
+    env_policy = _env("POLICY")
+    serve.add_argument(
+        "--policy",
+        action="append",
+        default=None,
+        help="policy file (repeatable; env CITEWARDEN_POLICY, ':'-separated)",
+    )
+    serve.set_defaults(env_policies=[p for p in (env_policy or "").split(":") if p])
+    _add_server_flags(serve, default_port=8080)
+
+    demo = sub.add_parser("demo", help="the gateway in front of the embedded demo upstream")
+    demo.add_argument("--policy", action="append", default=None)
+    demo.set_defaults(env_policies=[p for p in (env_policy or "").split(":") if p])
+    _add_server_flags(demo, default_port=8080)
+
+    verify = sub.add_parser("verify", help="verify one captured exchange offline")
+    verify.add_argument("--policy", required=True)
+    verify.add_argument("--protocol", required=True, help=" | ".join(PROTOCOLS))
+    verify.add_argument("--request", required=True, help="the request body (JSON)")
+    verify.add_argument("--response", required=True, help="the response: JSON body or .sse capture")
+    verify.add_argument("--route", default=None, help="route name (default: first of the protocol)")
+
+    policy = sub.add_parser("policy", help="policy tools")
+    psub = policy.add_subparsers(dest="policy_command", required=True)
+    check = psub.add_parser("check", help="schema and semantic lint of policy files")
+    check.add_argument("paths", nargs="+")
+
+    report = sub.add_parser("report", help="summarise an audit JSONL file")
+    report.add_argument("audit")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args, sys.stdout)
+    except PolicyError as e:
+        print(f"citewarden: {e}", file=sys.stderr)
+        return 2
+    except GatewayError as e:
+        print(f"citewarden: {e}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
+    match args.command:
+        case "serve":
+            from gateway.server import serve_from_args
+
+            if not args.upstream:
+                print(
+                    "citewarden serve: --upstream (or CITEWARDEN_UPSTREAM) is required",
+                    file=sys.stderr,
+                )
+                return 2
+            policies = args.policy or args.env_policies
+            if not policies:
+                print(
+                    "citewarden serve: --policy (or CITEWARDEN_POLICY) is required", file=sys.stderr
+                )
+                return 2
+            return serve_from_args(args, policies, demo=False)
+        case "demo":
+            from gateway.server import serve_from_args
+
+            return serve_from_args(args, args.policy or args.env_policies, demo=True)
+        case "verify":
+            from gateway.offline import verify_exchange
+
+            return verify_exchange(
+                policy_path=args.policy,
+                protocol=args.protocol,
+                request_path=args.request,
+                response_path=args.response,
+                route_name=args.route,
+                out=out,
+            )
+        case "policy":
+            from gateway.policy import check_paths
+
+            return check_paths(args.paths, out)
+        case "report":
+            from gateway.report import run
+
+            return run(args.audit, out)
+        case _:
+            raise AssertionError(f"unhandled command {args.command!r}")
+
+
+def print_json(obj: Any, out: TextIO) -> None:
+    out.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

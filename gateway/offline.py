@@ -1,0 +1,124 @@
+"""`citewarden verify`: judge one captured exchange exactly as the proxy would.
+
+Exit 0 when the answer would be released unchanged (the upstream's bytes), 1 for anything
+else (partial, abstained, blocked, review, or released with a withheld field), 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from gateway.errors import InputError, ProtocolError
+from gateway.pipeline import RoutePipeline, claim_views
+from gateway.policy import Route, load_policy
+from gateway.protocols import ADAPTERS
+
+REQUEST_ID = "offline"
+
+
+def _read(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read {what} {path}: {e.strerror or e}") from None
+
+
+def _json(data: bytes, what: str, path: str) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InputError(f"{what} {path} is not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise InputError(f"{what} {path} must be a JSON object")
+    return value
+
+
+def _looks_like_sse(path: str, data: bytes) -> bool:
+    if path.endswith(".sse"):
+        return True
+    head = data.lstrip()[:16]
+    return head.startswith((b"data:", b"event:", b":", b"id:"))
+
+
+def _pick_route(routes: list[Route], protocol: str, name: str | None) -> Route:
+    if name is not None:
+        for r in routes:
+            if r.name == name:
+                if r.protocol != protocol:
+                    raise InputError(f"route {name!r} is {r.protocol}, not {protocol}")
+                return r
+        raise InputError(f"the policy has no route named {name!r}")
+    for r in routes:
+        if r.protocol == protocol:
+            return r
+    raise InputError(f"the policy has no {protocol} route; name one with --route")
+
+
+def verify_exchange(
+    *,
+    policy_path: str,
+    protocol: str,
+    request_path: str,
+    response_path: str,
+    route_name: str | None,
+    out: TextIO,
+    err: TextIO = sys.stderr,
+) -> int:
+    try:
+        return _verify(policy_path, protocol, request_path, response_path, route_name, out)
+    except InputError as e:
+        print(f"citewarden verify: {e}", file=err)
+        return 2
+
+
+def _verify(
+    policy_path: str,
+    protocol: str,
+    request_path: str,
+    response_path: str,
+    route_name: str | None,
+    out: TextIO,
+) -> int:
+    if protocol not in ADAPTERS:
+        raise InputError(f"unknown protocol {protocol!r} (expected one of {', '.join(ADAPTERS)})")
+    loaded = load_policy(policy_path)
+    route = _pick_route(list(loaded.policy.routes), protocol, route_name)
+    pipeline = RoutePipeline(loaded, route)
+    request = _json(_read(request_path, "request"), "request", request_path)
+    raw = _read(response_path, "response")
+    stream = _looks_like_sse(response_path, raw)
+    try:
+        if stream:
+            answer = pipeline.parse_stream(raw)
+        else:
+            answer = pipeline.adapter.parse(_json(raw, "response", response_path), route)
+        ctx = pipeline.context(request, answer.body, None)
+    except ProtocolError as e:
+        raise InputError(
+            f"response {response_path} is not a valid {protocol} answer: {e}"
+        ) from None
+    judgement = pipeline.safe_judge(answer, ctx)
+    include_usage = bool(pipeline.adapter.request_info(request).include_usage)
+    rendered = pipeline.render(
+        answer, judgement, raw, REQUEST_ID, stream=stream, include_usage=include_usage
+    )
+    body: Any
+    body = rendered.body.decode() if stream and rendered.status < 300 else json.loads(rendered.body)
+    outcome = judgement.outcome
+    report = {
+        "decision": outcome.decision.value,
+        "reason": outcome.reason,
+        "claim_index": outcome.claim_index,
+        "status": rendered.status,
+        "unchanged": rendered.unchanged,
+        "claims": claim_views(judgement),
+        "context_fingerprint": judgement.report.context_fingerprint,
+        "policy": loaded.label,
+        "route": route.name,
+        "body": body,
+    }
+    out.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    return 0 if rendered.unchanged else 1

@@ -1,0 +1,191 @@
+"""One route's verification pipeline: context → claims → checks → decision → body.
+
+Compiled once per (policy, route) and shared by the proxy and the offline `citewarden verify`,
+so both decide exactly alike. Pure apart from the optional async checks.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.context import build_context
+from gateway.policy import LoadedPolicy, Route
+from gateway.protocols import ADAPTERS
+from gateway.protocols.base import Adapter
+from gateway.release import decide
+from gateway.sse import SSEDecoder, encode
+from gateway.types import Answer, Claim, ContextSet, Decision, Outcome, Report
+from gateway.verify import Verifier
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    claims: list[Claim]
+    report: Report
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    status: int
+    body: bytes
+    unchanged: bool  # True when `body` is the upstream's bytes
+
+
+def dumps(obj: object) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+class RoutePipeline:
+    """Everything needed to judge answers on one route, built once."""
+
+    def __init__(self, loaded: LoadedPolicy, route: Route) -> None:
+        self.loaded = loaded
+        self.policy = loaded.policy
+        self.route = route
+        self.adapter: Adapter = ADAPTERS[route.protocol]
+        self.verifier = Verifier(loaded.policy)
+
+    def context(
+        self,
+        request_body: Mapping[str, Any] | None,
+        response_body: Mapping[str, Any] | None,
+        response_headers: Mapping[str, str] | None,
+    ) -> ContextSet:
+        """The trusted context of one exchange; a malformed context header raises ProtocolError."""
+        return build_context(
+            self.route.protocol,
+            self.policy.context,
+            request=request_body,
+            response=response_body,
+            headers=response_headers,
+            rag=self.route.rag,
+        )
+
+    def judge(self, answer: Answer, ctx: ContextSet) -> Judgement:
+        t0 = time.perf_counter()
+        claims = self.verifier.claims(answer)
+        verdicts = self.verifier.verify_claims(claims, ctx)
+        report = Report(tuple(verdicts), ctx.fingerprint, time.perf_counter() - t0)
+        return Judgement(claims, report, decide(report, self.policy.release))
+
+    def safe_judge(self, answer: Answer, ctx: ContextSet) -> Judgement:
+        """`judge`, except that a crash anywhere in verification becomes an infrastructure
+        failure decided by `on_infrastructure_failure` — it never releases."""
+        try:
+            return self.judge(answer, ctx)
+        except Exception:
+            report = Report(claims=(), context_fingerprint=ctx.fingerprint)
+            return Judgement([], report, self.infrastructure_outcome("verifier_crash"))
+
+    def infrastructure_outcome(self, reason: str) -> Outcome:
+        match self.policy.release.on_infrastructure_failure:
+            case "block":
+                return Outcome(Decision.BLOCKED, reason=reason)
+            case "abstain":
+                return Outcome(Decision.ABSTAINED, reason=reason, template="verifier_unavailable")
+
+    def parse_stream(self, raw: bytes) -> Answer:
+        """A whole buffered SSE capture → the same Answer the JSON body would give."""
+        decoder = SSEDecoder()
+        parser = self.adapter.stream_parser(self.route)
+        for event in decoder.feed(raw):
+            parser.feed(event)
+        for event in decoder.finish():
+            parser.feed(event)
+        return parser.finish()
+
+    def render(
+        self,
+        answer: Answer,
+        judgement: Judgement,
+        raw: bytes,
+        request_id: str,
+        *,
+        stream: bool = False,
+        include_usage: bool = False,
+    ) -> Rendered:
+        """The status and body the client receives for this judgement (enforce mode).
+
+        A released answer that needs no rewrite is the upstream's bytes, JSON or SSE alike;
+        anything else is rendered from the answer, and re-framed as a stream when the
+        client asked for one. A block is always a JSON error envelope with the block status.
+        """
+        outcome = judgement.outcome
+        if outcome.decision is Decision.BLOCKED:
+            return Rendered(
+                self.policy.release.block_status,
+                dumps(self.block_body(outcome, request_id)),
+                unchanged=False,
+            )
+        if outcome.decision is Decision.RELEASED and not self.adapter.needs_rewrite(
+            answer, self.policy
+        ):
+            return Rendered(200, raw, unchanged=True)
+        body = self.adapter.render(answer, judgement.claims, outcome, judgement.report, self.policy)
+        if stream:
+            events = self.adapter.to_stream(body, include_usage)
+            return Rendered(200, b"".join(encode(e) for e in events), unchanged=False)
+        return Rendered(200, dumps(body), unchanged=False)
+
+    def is_error_envelope(self, parsed: object) -> bool:
+        """Whether an upstream error body is this protocol's own error envelope."""
+        if not isinstance(parsed, dict):
+            return False
+        error = parsed.get("error")
+        if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+            return False
+        if self.route.protocol == "anthropic-messages":
+            return parsed.get("type") == "error"
+        return True
+
+    def block_body(self, outcome: Outcome, request_id: str) -> dict[str, Any]:
+        status = self.policy.release.block_status
+        body = self.adapter.error_envelope(
+            status,
+            f"answer blocked by citewarden: {outcome.reason or 'unverified'}",
+            "citation_verification_failed",
+        )
+        body["citewarden"] = {
+            "reason": outcome.reason,
+            "claim_index": outcome.claim_index,
+            "request_id": request_id,
+            "policy": self.loaded.label,
+        }
+        return body
+
+
+class Pipelines:
+    """Caches a RoutePipeline per (policy version, route name)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, str, str], RoutePipeline] = {}
+
+    def get(self, loaded: LoadedPolicy, route: Route) -> RoutePipeline:
+        key = (str(loaded.path), loaded.version, route.name)
+        p = self._cache.get(key)
+        if p is None:
+            p = self._cache[key] = RoutePipeline(loaded, route)
+        return p
+
+
+def claim_views(judgement: Judgement, include_text: bool = True) -> Sequence[dict[str, Any]]:
+    out = []
+    for cr in judgement.report.claims:
+        c = cr.claim
+        view: dict[str, Any] = {
+            "index": c.index,
+            "span": [c.start, c.end],
+            "channel": c.channel,
+            "citations": [cit.id for cit in c.citations],
+            "status": cr.verdict,
+            "reason": cr.reason or cr.error_kind,
+        }
+        if include_text:
+            view["text"] = c.text
+        out.append(view)
+    return out

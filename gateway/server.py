@@ -1,0 +1,234 @@
+"""Process lifecycle: build the apps, run the proxy and admin servers, reload, drain on SIGTERM.
+
+One event loop carries both servers (and, for `citewarden demo`, the demo upstream). SIGTERM
+and SIGINT stop accepting, let in-flight requests and streams finish within the grace period,
+then exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import socket
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+import uvicorn
+
+from gateway import audit
+from gateway.admin import create_admin_app
+from gateway.app import ProxyApp
+from gateway.errors import PolicyError
+from gateway.metrics import Metrics
+from gateway.policy import PolicyStore
+from gateway.upstream import Limits, Timeouts, Upstream
+
+DEMO_POLICY = Path(__file__).parent / "demo" / "policy.yaml"
+
+
+@dataclass(slots=True)
+class Settings:
+    upstream: str
+    policies: list[str]
+    host: str = "0.0.0.0"
+    port: int = 8080
+    admin_port: int = 9090
+    connect_timeout: float = 5.0
+    read_timeout: float = 60.0
+    total_timeout: float = 300.0
+    max_request_bytes: int = 4 * 1024 * 1024
+    max_response_bytes: int = 16 * 1024 * 1024
+    shutdown_grace: float = 20.0
+    reload_interval: float = 2.0
+    log_level: str = "info"
+    extra_servers: list[uvicorn.Server] = field(default_factory=list)
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server whose signals are handled by the gateway, once for all servers."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _uvicorn_config(
+    app: object, host: str, port: int, grace: float, log_level: str
+) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        host=host,
+        port=port,
+        log_level="warning" if log_level == "info" else log_level,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=int(grace) or 1,
+        server_header=False,
+        date_header=False,
+    )
+
+
+def build(settings: Settings) -> tuple[ProxyApp, object, PolicyStore, Metrics]:
+    """The proxy app, admin app, policy store and metrics for these settings.
+
+    Raises PolicyError when a policy file is invalid (the caller exits 2).
+    """
+    metrics = Metrics()
+    store = PolicyStore(settings.policies)
+    metrics.set_policies([(p.policy.name, p.version) for p in store.current.policies])
+    upstream = Upstream(
+        settings.upstream,
+        Timeouts(
+            connect=settings.connect_timeout,
+            read=settings.read_timeout,
+            total=settings.total_timeout,
+        ),
+        Limits(max_response_bytes=settings.max_response_bytes),
+    )
+    proxy = ProxyApp(
+        store,
+        upstream,
+        metrics,
+        max_request_bytes=settings.max_request_bytes,
+        max_response_bytes=settings.max_response_bytes,
+    )
+    admin = create_admin_app(store, metrics)
+    return proxy, admin, store, metrics
+
+
+async def run(settings: Settings, ready: asyncio.Event | None = None) -> None:
+    """Serve until SIGTERM / SIGINT, then drain and return."""
+    log = structlog.get_logger("citewarden")
+    proxy, admin, store, metrics = build(settings)
+    servers = [
+        _Server(
+            _uvicorn_config(
+                proxy, settings.host, settings.port, settings.shutdown_grace, settings.log_level
+            )
+        ),
+        _Server(
+            _uvicorn_config(
+                admin,
+                settings.host,
+                settings.admin_port,
+                settings.shutdown_grace,
+                settings.log_level,
+            )
+        ),
+        *settings.extra_servers,
+    ]
+
+    def on_reload(outcome: str, error: PolicyError | None) -> None:
+        metrics.policy_reloaded(outcome)
+        if error is None:
+            metrics.set_policies([(p.policy.name, p.version) for p in store.current.policies])
+            log.info("policy_reloaded", policies=[p.label for p in store.current.policies])
+        else:
+            log.error(
+                "policy_reload_failed",
+                error=str(error),
+                kept=[p.label for p in store.current.policies],
+            )
+
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        log.info("shutdown_requested", grace_seconds=settings.shutdown_grace)
+        for s in servers:
+            s.should_exit = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop)
+
+    watcher = (
+        asyncio.create_task(store.watch(settings.reload_interval, on_reload))
+        if settings.reload_interval > 0
+        else None
+    )
+    log.info(
+        "started",
+        proxy=f"{settings.host}:{settings.port}",
+        admin=f"{settings.host}:{settings.admin_port}",
+        upstream=settings.upstream,
+        policies=[p.label for p in store.current.policies],
+        shadow=[p.label for p in store.current.policies if p.policy.mode == "shadow"],
+    )
+    tasks = [asyncio.create_task(s.serve()) for s in servers]
+    if ready is not None:
+        while not all(s.started for s in servers):
+            await asyncio.sleep(0.01)
+        ready.set()
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+        log.info("stopped")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def settings_from_args(
+    args: argparse.Namespace, upstream: str, policies: Sequence[str]
+) -> Settings:
+    return Settings(
+        upstream=upstream,
+        policies=list(policies),
+        host=args.host,
+        port=args.port,
+        admin_port=args.admin_port,
+        connect_timeout=args.connect_timeout,
+        read_timeout=args.read_timeout,
+        total_timeout=args.total_timeout,
+        max_request_bytes=args.max_request_bytes,
+        max_response_bytes=args.max_response_bytes,
+        shutdown_grace=args.shutdown_grace,
+        reload_interval=args.reload_interval,
+        log_level=args.log_level,
+    )
+
+
+def serve_from_args(args: argparse.Namespace, policies: Sequence[str], *, demo: bool) -> int:
+    audit.configure_logging(level=args.log_level)
+    extra: list[uvicorn.Server] = []
+    if demo:
+        from gateway.demo.app import create_demo_app
+        from gateway.demo.banner import banner
+
+        demo_port = free_port()
+        upstream = f"http://127.0.0.1:{demo_port}"
+        extra.append(
+            _Server(_uvicorn_config(create_demo_app(), "127.0.0.1", demo_port, 1.0, args.log_level))
+        )
+        policies = list(policies) or [str(DEMO_POLICY)]
+    else:
+        upstream = args.upstream
+    settings = settings_from_args(args, upstream, policies)
+    settings.extra_servers = extra
+    try:
+        build_check = PolicyStore(
+            settings.policies
+        )  # fail fast with file:line before binding ports
+    except PolicyError as e:
+        print(f"citewarden: invalid policy: {e}", file=sys.stderr)
+        return 2
+    del build_check
+    if demo:
+        host = "localhost" if settings.host in ("0.0.0.0", "::") else settings.host
+        print(
+            banner(f"http://{host}:{settings.port}", f"http://{host}:{settings.admin_port}"),
+            flush=True,
+        )
+    asyncio.run(run(settings))
+    return 0

@@ -1,0 +1,355 @@
+"""Progressive release of a streamed answer: each claim goes out once it has verified.
+
+Sans-io like the decoders it wires together: `feed(events) -> bytes`, `finish() -> bytes`,
+`abort(message) -> bytes`; the app only moves bytes. The primary text channel (OpenAI choice 0
+content, the Anthropic text blocks) is segmented incrementally; a verified claim's text is
+framed and released at once, a failing claim is stripped (`on_unverified: strip`) or ends the
+stream with the protocol's error event. Every other channel is held until the upstream stream
+ends and the whole answer has been judged, then released per the policy — or, if that judgement
+fails, the stream ends with an error event. Never a clean end after withheld content.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gateway.claims import Segment
+from gateway.errors import ProtocolError
+from gateway.pipeline import Judgement, RoutePipeline
+from gateway.protocols.base import channel_key
+from gateway.release import template_text
+from gateway.sse import SSEEvent, encode
+from gateway.types import Claim, ContextSet, Decision, Outcome
+
+Json = dict[str, Any]
+
+OPENAI_PRIMARY = channel_key(("choices", 0, "message", "content"))
+ANTHROPIC_PRIMARY = channel_key(("content",))
+
+
+class _OpenAIFramer:
+    """Frames released text as chat.completion.chunk events of choice 0."""
+
+    primary = OPENAI_PRIMARY
+
+    def __init__(self, include_usage: bool) -> None:
+        self.include_usage = include_usage
+        self.head: Json | None = None
+        self.role_sent = False
+
+    def observe(self, event: SSEEvent) -> None:
+        if self.head is not None or event.data.strip() == "[DONE]":
+            return
+        try:
+            data = json.loads(event.data)
+        except ValueError:
+            return
+        if isinstance(data, dict):
+            self.head = {
+                "id": data.get("id", ""),
+                "object": "chat.completion.chunk",
+                "created": data.get("created", 0),
+                "model": data.get("model", ""),
+            }
+            if data.get("system_fingerprint") is not None:
+                self.head["system_fingerprint"] = data["system_fingerprint"]
+
+    def _frame(self, delta: Json) -> bytes:
+        chunk: Json = {
+            **(self.head or {}),
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
+        }
+        if self.include_usage:
+            chunk["usage"] = None
+        return encode(SSEEvent(data=json.dumps(chunk, ensure_ascii=False)))
+
+    def opening(self) -> bytes:
+        if self.role_sent:
+            return b""
+        self.role_sent = True
+        return self._frame({"role": "assistant", "content": ""})
+
+    def text(self, text: str, citations: Sequence[Claim] = ()) -> bytes:
+        return self.opening() + self._frame({"content": text})
+
+    def tail(self, pipeline: RoutePipeline, body: Mapping[str, Any]) -> bytes:
+        """Everything of the final body but choice 0's content, already released."""
+        tail = json.loads(json.dumps(body))
+        choices = tail.get("choices") or []
+        for choice in choices:
+            if choice.get("index", 0) == 0:
+                msg = choice.setdefault("message", {})
+                msg["content"] = None
+                msg.pop("annotations", None)  # offsets refer to a text the client never saw
+                choice["logprobs"] = None  # progressive frames are not the upstream's tokens
+        events = pipeline.adapter.to_stream(tail, self.include_usage)
+        out = [self.opening()]
+        for i, ev in enumerate(events):
+            if i == 0 and self.role_sent and _is_openai_role_frame(ev):
+                continue
+            out.append(encode(ev))
+        return b"".join(out)
+
+
+def _is_openai_role_frame(event: SSEEvent) -> bool:
+    try:
+        data = json.loads(event.data)
+    except ValueError:
+        return False
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not choices:
+        return False
+    delta = choices[0].get("delta") or {}
+    return (
+        choices[0].get("index", 0) == 0
+        and set(delta) <= {"role", "content", "refusal"}
+        and not delta.get("content")
+    )
+
+
+class _AnthropicFramer:
+    """Frames released text as one text block (index 0) of an Anthropic message stream."""
+
+    primary = ANTHROPIC_PRIMARY
+
+    def __init__(self, include_usage: bool) -> None:
+        self.start: Json | None = None
+        self.opened = False
+
+    def observe(self, event: SSEEvent) -> None:
+        if self.start is not None:
+            return
+        try:
+            data = json.loads(event.data)
+        except ValueError:
+            return
+        if isinstance(data, dict) and data.get("type") == "message_start":
+            self.start = data
+
+    @staticmethod
+    def _ev(data: Json) -> bytes:
+        return encode(SSEEvent(data=json.dumps(data, ensure_ascii=False), event=str(data["type"])))
+
+    def opening(self) -> bytes:
+        if self.opened:
+            return b""
+        self.opened = True
+        start = self.start or {"type": "message_start", "message": {"content": []}}
+        return self._ev(start) + self._ev(
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": "", "citations": []},
+            }
+        )
+
+    def text(self, text: str, citations: Sequence[Claim] = ()) -> bytes:
+        out = [self.opening()]
+        for claim in citations:
+            for cit in claim.citations:
+                if cit.native is not None:
+                    out.append(
+                        self._ev(
+                            {
+                                "type": "content_block_delta",
+                                "index": 0,
+                                "delta": {
+                                    "type": "citations_delta",
+                                    "citation": _native_json(cit.native),
+                                },
+                            }
+                        )
+                    )
+        out.append(
+            self._ev(
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": text},
+                }
+            )
+        )
+        return b"".join(out)
+
+    def tail(self, pipeline: RoutePipeline, body: Mapping[str, Any]) -> bytes:
+        tail = json.loads(json.dumps(body))
+        tail["content"] = [b for b in tail.get("content") or [] if b.get("type") != "text"]
+        events = pipeline.adapter.to_stream(tail, True)
+        out = [self.opening(), self._ev({"type": "content_block_stop", "index": 0})]
+        for ev in events[1:]:  # message_start went out with the first text
+            data = json.loads(ev.data)
+            if isinstance(data.get("index"), int):
+                data["index"] += 1
+                out.append(self._ev(data))
+            else:
+                out.append(encode(ev))
+        return b"".join(out)
+
+
+def _native_json(native: Any) -> Json:
+    out: Json = {"type": native.type, "cited_text": native.cited_text}
+    if native.type == "search_result_location":
+        out["search_result_index"] = native.search_result_index
+        out["start_block_index"], out["end_block_index"] = native.start, native.end
+    else:
+        out["document_index"] = native.document_index
+        names = {
+            "char_location": ("start_char_index", "end_char_index"),
+            "page_location": ("start_page_number", "end_page_number"),
+            "content_block_location": ("start_block_index", "end_block_index"),
+        }[native.type]
+        out[names[0]], out[names[1]] = native.start, native.end
+    return out
+
+
+class ProgressiveRelease:
+    """One progressive stream's state. Not shared between requests."""
+
+    def __init__(
+        self, pipeline: RoutePipeline, ctx: ContextSet, request_id: str, include_usage: bool
+    ) -> None:
+        self.pipeline = pipeline
+        self.ctx = ctx
+        self.request_id = request_id
+        self.parser = pipeline.adapter.stream_parser(pipeline.route)
+        self.framer: _OpenAIFramer | _AnthropicFramer = (
+            _AnthropicFramer(include_usage)
+            if pipeline.route.protocol == "anthropic-messages"
+            else _OpenAIFramer(include_usage)
+        )
+        self.segmenter = pipeline.verifier.segmenter()
+        self.text: list[str] = []
+        self.length = 0
+        self.buffer = ""  # primary text not yet released, from `released` on
+        self.released = 0  # offset in the primary text up to which it has been decided
+        self.claim_count = 0
+        self.stripped = False
+        self.closed = False
+        self.judgement: Judgement | None = None
+        self.decision = "error"
+        self.served = False
+        self.verify_seconds = 0.0
+        self.usage: Mapping[str, int] = {}
+
+    # -- input -------------------------------------------------------------------------------
+
+    def feed(self, events: Sequence[SSEEvent]) -> bytes:
+        if self.closed:
+            return b""
+        out: list[bytes] = []
+        try:
+            for event in events:
+                self.framer.observe(event)
+                for key, delta in self.parser.feed(event):
+                    if key == self.framer.primary:
+                        self.buffer += delta
+                        out.extend(self._decide(seg) for seg in self.segmenter.feed(delta))
+                        if self.closed:
+                            return b"".join(out)
+        except ProtocolError as e:
+            out.append(self.abort(f"invalid upstream stream: {e}"))
+        return b"".join(out)
+
+    def finish(self) -> bytes:
+        if self.closed:
+            return b""
+        out: list[bytes] = []
+        try:
+            out.extend(self._decide(seg) for seg in self.segmenter.finish())
+            if self.closed:
+                return b"".join(out)
+            answer = self.parser.finish()
+            # What is left is no claim (trailing whitespace, a heading, a code fence): it needs
+            # no citation, but goes out only if the whole answer is released below.
+            rest, self.buffer = self.buffer, ""
+        except ProtocolError as e:
+            return b"".join(out) + self.abort(f"upstream stream ended early: {e}")
+        t0 = time.perf_counter()
+        judgement = self.pipeline.safe_judge(answer, self.ctx)
+        self.verify_seconds += time.perf_counter() - t0
+        self.judgement = judgement
+        self.usage = answer.usage
+        outcome = judgement.outcome
+        match outcome.decision:
+            case Decision.RELEASED:
+                body: Mapping[str, Any] = answer.body
+                if rest:
+                    out.append(self.framer.text(rest))
+            case Decision.PARTIAL:
+                body = self.pipeline.adapter.render(
+                    answer, judgement.claims, outcome, judgement.report, self.pipeline.policy
+                )
+                if rest:
+                    out.append(self.framer.text(rest))
+                if self.stripped:
+                    out.append(
+                        self.framer.text("\n\n" + self.pipeline.policy.release.templates.partial)
+                    )
+            case Decision.BLOCKED | Decision.ABSTAINED | Decision.REVIEW:
+                return b"".join(out) + self._fail(outcome)
+            case _:
+                raise AssertionError(f"unhandled decision {outcome.decision!r}")
+        out.append(self.framer.tail(self.pipeline, body))
+        self.decision = outcome.decision.value
+        self.served = True
+        self.closed = True
+        return b"".join(out)
+
+    def abort(self, message: str) -> bytes:
+        """End the stream with the protocol's error event (upstream broke)."""
+        if self.closed:
+            return b""
+        self.closed = True
+        self.decision = "error"
+        return encode(self.pipeline.adapter.error_event(f"citewarden: {message}", "upstream_error"))
+
+    # -- claims ------------------------------------------------------------------------------
+
+    def _decide(self, seg: Segment) -> bytes:
+        if self.closed:
+            return b""
+        claim = Claim(self.claim_count, 0, seg.text, seg.start, seg.end, seg.citations, seg.exempt)
+        self.claim_count += 1
+        t0 = time.perf_counter()
+        try:
+            verdict = self.pipeline.verifier.verify_claims([claim], self.ctx)[0]
+        except Exception:
+            self.verify_seconds += time.perf_counter() - t0
+            return self._fail(self.pipeline.infrastructure_outcome("verifier_crash"))
+        self.verify_seconds += time.perf_counter() - t0
+        offset = self.released
+        gap_and_claim = self.buffer[: seg.end - offset]
+        self.buffer = self.buffer[seg.end - offset :]
+        self.released = seg.end
+        match verdict.verdict:
+            case "verified" | "exempt":
+                return self.framer.text(gap_and_claim, [claim])
+            case "failed" if self.pipeline.policy.release.on_unverified == "strip":
+                self.stripped = True
+                return b""
+            case "failed":
+                return self._fail(
+                    Outcome(Decision.BLOCKED, reason=verdict.reason, claim_index=claim.index)
+                )
+            case "errored":
+                return self._fail(
+                    self.pipeline.infrastructure_outcome(verdict.error_kind or "error")
+                )
+            case _:
+                raise AssertionError(f"unhandled verdict {verdict.verdict!r}")
+
+    def _fail(self, outcome: Outcome) -> bytes:
+        self.closed = True
+        self.decision = outcome.decision.value
+        reason = outcome.reason or "unverified"
+        message = template_text(outcome, self.pipeline.policy.release.templates) or (
+            f"answer blocked by citewarden: {reason}"
+        )
+        event = self.pipeline.adapter.error_event(
+            f"{message} (reason: {reason}, request_id: {self.request_id})",
+            "citation_verification_failed",
+        )
+        return encode(event)
