@@ -116,7 +116,8 @@ class DemoUpstream:
         try:
             raw, body = await self._body(request)
             answer = choose(_last_user_text(_messages(body)))
-            n = body.get("n") or 1
+            n = body.get("n")
+            n = 1 if n is None else n
             if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_CHOICES:
                 raise _BadRequest(f"'n' must be an integer from 1 to {MAX_CHOICES}")
         except _BadRequest as exc:
