@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
 from gateway.types import CheckResult, Chunk, Claim, ContextSet
@@ -54,8 +55,11 @@ def run_safely(check: Check, claim: Claim, ctx: ContextSet) -> CheckResult:
     return result
 
 
+@lru_cache(maxsize=256)
 def claim_body(claim: Claim) -> str:
-    """The claim text with its citation markers blanked out (same length, offsets kept)."""
+    """The claim text with its citation markers blanked out (same length, offsets kept).
+
+    Cached: the quote, number and support checks all read it for the same claim."""
     text = claim.text
     marked = [c for c in claim.citations if c.start >= 0]
     if not marked:
