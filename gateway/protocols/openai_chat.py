@@ -278,7 +278,9 @@ class OpenAIStreamParser:
             st = self._choices[i]
             msg: Json = {"role": st["msg"].pop("role", "assistant")}
             for key in ("content", "refusal"):
-                msg[key] = "".join(st["parts"][key]) if key in st["parts"] else None
+                # The opening role frame carries content ""; with nothing after it the
+                # non-streaming API would have sent null.
+                msg[key] = "".join(st["parts"].get(key, [])) or None
             for key in _REASONING_KEYS:
                 if key in st["parts"]:
                     msg[key] = "".join(st["parts"][key])

@@ -186,9 +186,11 @@ class RagJson:
             case Decision.PARTIAL:
                 return self._partial(answer, claims, outcome, policy)
             case Decision.ABSTAINED:
-                return self._template(answer, template_text(outcome, policy, "no_evidence"))
+                return self._template(answer, policy, template_text(outcome, policy, "no_evidence"))
             case Decision.REVIEW:
-                return self._template(answer, template_text(outcome, policy, "review_required"))
+                return self._template(
+                    answer, policy, template_text(outcome, policy, "review_required")
+                )
             case Decision.BLOCKED:
                 return self.error_envelope(
                     policy.release.block_status, blocked_message(outcome), BLOCKED_TYPE
@@ -200,12 +202,18 @@ class RagJson:
     def _paths(answer: Answer) -> list[tuple[str, ...]]:
         return [tuple(str(p) for p in c.path) for c in answer.channels]
 
-    def _skeleton(self, answer: Answer, extra: Sequence[tuple[str, ...]]) -> Json:
+    def _skeleton(self, answer: Answer, policy: Policy) -> Json:
+        # The context list is trusted retrieval output, so it is kept alongside the answer.
+        extra = [
+            jsonpointer.parse(r.context)
+            for r in _routes_for(answer, policy)
+            if r.context is not None
+        ]
         body = _project(answer.body, [*self._paths(answer), *extra])
         return body if isinstance(body, dict) else {}
 
-    def _template(self, answer: Answer, text: str) -> Json:
-        body: Json = self._skeleton(answer, [])
+    def _template(self, answer: Answer, policy: Policy, text: str) -> Json:
+        body: Json = self._skeleton(answer, policy)
         for c in answer.channels:
             tokens = [str(p) for p in c.path]
             _set(body, tokens, [] if c.structured is not None else text)
@@ -216,7 +224,7 @@ class RagJson:
     def _partial(
         self, answer: Answer, claims: Sequence[Claim], outcome: Outcome, policy: Policy
     ) -> Json:
-        body = self._skeleton(answer, [])
+        body = self._skeleton(answer, policy)
         disclosure = policy.release.templates.partial
         kept, _failed = split_claims(claims, outcome)
         for idx, c in enumerate(answer.channels):
@@ -248,6 +256,20 @@ class RagJson:
 
     def to_stream(self, body: Mapping[str, object], include_usage: bool) -> list[SSEEvent]:
         return [SSEEvent(data=json.dumps(body, ensure_ascii=False))]
+
+
+def _routes_for(answer: Answer, policy: Policy) -> list[RagSpec]:
+    """RagSpecs of the policy whose answer / claims pointers name this answer's channels."""
+    paths = {tuple(str(p) for p in c.path) for c in answer.channels}
+    out = []
+    for route in policy.routes:
+        rag = route.rag
+        if rag is None:
+            continue
+        names = {jsonpointer.parse(p) for p in (rag.answer, rag.claims) if p is not None}
+        if names & paths:
+            out.append(rag)
+    return out
 
 
 def _rag_for(channel: Channel, policy: Policy) -> RagSpec:

@@ -1,0 +1,205 @@
+"""Every adapter through the same tests: fixtures parse, streams match bodies, renders validate."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic.types
+import openai.types.chat
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.errors import ProtocolError
+from gateway.protocols import ADAPTERS, get
+from gateway.sse import encode
+from gateway.types import Decision, Outcome, Report
+from tests.test_protocol_helpers import (
+    DIRS,
+    FIXTURES,
+    POLICY,
+    ROUTES,
+    load,
+    parse_json,
+    parse_stream,
+    raw,
+    summary,
+)
+
+JSON_FIXTURES = [
+    (p, f.name)
+    for p, d in DIRS.items()
+    for f in sorted((FIXTURES / d).glob("*.json"))
+    if not f.name.startswith("request")
+]
+SSE_PAIRS = [
+    ("openai-chat", "good.sse", "good.json"),
+    ("openai-chat", "hallucinated.sse", "hallucinated.json"),
+    ("openai-chat", "tool_call.sse", "tool_call.json"),
+    ("openai-chat", "n2_reasoning_logprobs.sse", "n2_reasoning_logprobs.json"),
+    ("anthropic-messages", "native_good.sse", "native_good.json"),
+    ("anthropic-messages", "native_bad_cited_text.sse", "native_bad_cited_text.json"),
+    ("anthropic-messages", "thinking_tool_use.sse", "thinking_tool_use.json"),
+]
+
+
+def validate(protocol: str, body: dict[str, object]) -> None:
+    if protocol == "openai-chat":
+        openai.types.chat.ChatCompletion.model_validate(body)
+    elif protocol == "anthropic-messages":
+        anthropic.types.Message.model_validate(body)
+    else:
+        json.dumps(body)
+
+
+def test_registry_names() -> None:
+    assert set(ADAPTERS) == {"openai-chat", "anthropic-messages", "rag-json"}
+    assert get("rag-json").name == "rag-json"
+    with pytest.raises(KeyError):
+        get("nope")
+
+
+@pytest.mark.parametrize(("protocol", "name"), JSON_FIXTURES)
+def test_every_fixture_parses(protocol: str, name: str) -> None:
+    answer = parse_json(protocol, name)
+    assert answer.protocol == protocol
+    assert answer.channels
+    assert answer.usage or protocol == "rag-json"
+
+
+@pytest.mark.parametrize(("protocol", "sse", "body"), SSE_PAIRS)
+def test_sse_capture_equals_json(protocol: str, sse: str, body: str) -> None:
+    streamed = summary(parse_stream(protocol, [raw(protocol, sse)]))
+    whole = summary(parse_json(protocol, body))
+    if sse == "hallucinated.sse":  # captured without stream_options.include_usage
+        assert streamed[3] == {}
+        streamed, whole = streamed[:3], whole[:3]
+    assert streamed == whole
+
+
+@pytest.mark.parametrize(("protocol", "sse", "body"), SSE_PAIRS)
+@settings(max_examples=25, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=100_000), max_size=20))
+def test_stream_parse_invariant_under_byte_splits(
+    protocol: str, sse: str, body: str, cuts: list[int]
+) -> None:
+    data = raw(protocol, sse)
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    pieces = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+    assert summary(parse_stream(protocol, pieces)) == summary(parse_stream(protocol, [data]))
+
+
+@pytest.mark.parametrize(
+    ("protocol", "sse"),
+    [
+        ("openai-chat", "truncated.sse"),
+        ("anthropic-messages", "truncated.sse"),
+        ("anthropic-messages", "error_midstream.sse"),
+    ],
+)
+def test_incomplete_or_error_streams_raise(protocol: str, sse: str) -> None:
+    with pytest.raises(ProtocolError):
+        parse_stream(protocol, [raw(protocol, sse)])
+
+
+@pytest.mark.parametrize(
+    ("protocol", "body"),
+    [
+        ("openai-chat", {"object": "list", "data": []}),
+        ("openai-chat", {"choices": [{"index": 0}]}),
+        ("openai-chat", {"choices": [{"message": {"content": 3}}]}),
+        ("anthropic-messages", {"type": "error", "error": {}}),
+        ("anthropic-messages", {"type": "message", "content": [{"text": "no type"}]}),
+        ("rag-json", {"unrelated": True}),
+        ("rag-json", {"answer": 5}),
+        ("rag-json", {"claims": [{"citations": []}]}),
+    ],
+)
+def test_wrong_shapes_raise(protocol: str, body: dict[str, object]) -> None:
+    with pytest.raises(ProtocolError):
+        ADAPTERS[protocol].parse(body, ROUTES[protocol])
+
+
+@pytest.mark.parametrize(("protocol", "name"), JSON_FIXTURES)
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        Outcome(Decision.RELEASED),
+        Outcome(
+            Decision.PARTIAL,
+            reason="hallucinated_citation",
+            claim_index=0,
+            template="partial",
+            kept=frozenset(),
+        ),
+        Outcome(
+            Decision.ABSTAINED, reason="missing_citation", claim_index=0, template="no_evidence"
+        ),
+        Outcome(
+            Decision.REVIEW, reason="missing_citation", claim_index=0, template="review_required"
+        ),
+    ],
+    ids=lambda o: o.decision.value,
+)
+def test_render_gives_sdk_valid_bodies_that_round_trip_as_streams(
+    protocol: str, name: str, outcome: Outcome
+) -> None:
+    adapter = ADAPTERS[protocol]
+    answer = parse_json(protocol, name)
+    report = Report(claims=(), context_fingerprint="x")
+    body = adapter.render(answer, [], outcome, report, POLICY)
+    validate(protocol, body)
+    again = adapter.parse(body, ROUTES[protocol])
+    for include_usage in (True, False):
+        events = adapter.to_stream(body, include_usage)
+        wire = b"".join(encode(e) for e in events)
+        streamed = summary(parse_stream(protocol, [wire]))
+        if include_usage or protocol != "openai-chat":
+            assert streamed == summary(again)
+        else:
+            assert streamed[:3] == summary(again)[:3]
+
+
+@pytest.mark.parametrize("protocol", list(ADAPTERS))
+def test_blocked_render_is_the_error_envelope(protocol: str) -> None:
+    adapter = ADAPTERS[protocol]
+    answer = parse_json(
+        protocol, "good.json" if protocol != "anthropic-messages" else "native_good.json"
+    )
+    out = adapter.render(
+        answer,
+        [],
+        Outcome(Decision.BLOCKED, reason="stale_source", claim_index=0),
+        Report((), "x"),
+        POLICY,
+    )
+    assert out == adapter.error_envelope(422, out_message(out), "citation_verification_failed")
+
+
+def out_message(body: dict[str, object]) -> str:
+    err = body["error"]
+    assert isinstance(err, dict)
+    return str(err["message"])
+
+
+def test_error_envelopes_match_protocol_shapes() -> None:
+    assert ADAPTERS["openai-chat"].error_envelope(422, "m", "t") == {
+        "error": {"message": "m", "type": "t", "param": None, "code": None}
+    }
+    assert ADAPTERS["anthropic-messages"].error_envelope(422, "m", "t") == {
+        "type": "error",
+        "error": {"type": "t", "message": "m"},
+    }
+    assert ADAPTERS["rag-json"].error_envelope(422, "m", "t") == {
+        "error": {"message": "m", "type": "t", "code": 422}
+    }
+    anthropic_event = ADAPTERS["anthropic-messages"].error_event("m", "overloaded_error")
+    assert anthropic_event.event == "error"
+
+
+@pytest.mark.parametrize("protocol", ["openai-chat", "anthropic-messages"])
+def test_request_info(protocol: str) -> None:
+    adapter = ADAPTERS[protocol]
+    info = adapter.request_info(load(protocol, "request_stream.json"))
+    assert info.stream and info.include_usage and info.n == 1
+    assert not adapter.request_info(load(protocol, "request.json")).stream
