@@ -32,17 +32,18 @@ METRICS: dict[str, tuple[str, frozenset[str]]] = {
 }
 # Labels Prometheus attaches at scrape time (Kubernetes service discovery included).
 TARGET_LABELS = frozenset({"namespace", "pod", "job", "instance", "service", "container"})
-# Label values fixed by the contract: (metric, label) -> values.
+# Label values fixed by the contract: (metric, label) -> values. Besides the five release
+# decisions, requests_total records proxy outcomes that never reach verification and, for
+# shadow-mode policies, the would-be decision as shadow_<decision> (gateway/metrics.py).
+DECISIONS = frozenset({"released", "partial", "abstained", "blocked", "review"})
 LABEL_VALUES = {
-    ("citewarden_requests_total", "decision"): {
-        "released",
-        "partial",
-        "abstained",
-        "blocked",
-        "review",
-    },
+    ("citewarden_requests_total", "decision"): DECISIONS
+    | {"passthrough", "refused", "error"}
+    | {f"shadow_{d}" for d in DECISIONS}
+    | {"shadow_.*"},
     ("citewarden_claims_total", "verdict"): {"verified", "failed", "errored", "exempt"},
     ("citewarden_upstream_tokens_total", "outcome"): {"served", "withheld"},
+    ("citewarden_policy_reloads_total", "outcome"): {"success", "error"},
 }
 
 _METRIC_RE = re.compile(r"\bcitewarden_[a-z0-9_]+")
@@ -167,6 +168,13 @@ def test_dashboard_covers_the_operational_questions(dashboard: dict[str, Any]) -
     assert "citewarden_inflight_requests" in joined
     withheld = [e for e in exprs if "citewarden_upstream_tokens_total" in e and "withheld" in e]
     assert withheld, "a panel must show the token cost of withheld answers"
+    assert 'decision=~"shadow_.*"' in joined, "shadow-mode roll-outs need a panel"
+    # Ratios are over verified answers only: passthrough, refusals and shadow traffic would
+    # dilute them.
+    verified = 'decision=~"released|partial|abstained|blocked|review"'
+    for expr in exprs:
+        if "citewarden_requests_total" in expr and " / " in expr:
+            assert verified in expr.split(" / ", 1)[1], expr
     tables = [p for p in _panels(dashboard["panels"]) if p["type"] == "table"]
     assert any("citewarden_policy_info" in t["targets"][0]["expr"] for t in tables)
 

@@ -193,6 +193,9 @@ def check_crd(doc: Manifest) -> None:
             assert rule["labels"]["severity"] in {"info", "warning", "critical"}
             assert {"summary", "description"} <= set(rule["annotations"])
             assert "for" not in rule or re.fullmatch(r"\d+[smh]", rule["for"])
+            assert (
+                rule["labels"]["severity"] == "info" or "for" in rule or "increase(" in rule["expr"]
+            )
             expr = rule["expr"]
             assert expr.count("(") == expr.count(")"), rule["alert"]
             assert expr.count("{") == expr.count("}"), rule["alert"]
@@ -404,8 +407,12 @@ def test_prometheus_rule_alerts(chart: helm.Chart) -> None:
         "CitewardenPolicyReloadFailed",
         "CitewardenPolicyVersionSkew",
         "CitewardenVerificationLatencyHigh",
+        "CitewardenShadowModeActive",
     }
-    assert "citewarden_requests_total" in by_name["CitewardenAbstentionSpike"]["expr"]
+    spike = by_name["CitewardenAbstentionSpike"]["expr"]
+    assert 'citewarden_requests_total{decision=~"abstained|blocked|review"}' in spike
+    verified = 'citewarden_requests_total{decision=~"released|partial|abstained|blocked|review"}'
+    assert spike.count(verified) == 2, "ratio and traffic floor count verified answers only"
     assert "citewarden_verifier_errors_total" in by_name["CitewardenVerifierErrors"]["expr"]
     assert "citewarden_policy_reloads_total" in by_name["CitewardenPolicyReloadFailed"]["expr"]
     assert "citewarden_policy_info" in by_name["CitewardenPolicyVersionSkew"]["expr"]
