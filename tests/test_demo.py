@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Iterator
 
 import anthropic
@@ -30,7 +31,9 @@ from gateway.demo import (
     demo_context_system_prompt,
 )
 from gateway.demo.answers import choose_kind
+from gateway.demo.banner import banner
 from gateway.demo.wire import tokenize
+from gateway.server import DEMO_POLICY, Settings, build
 from gateway.types import Chunk
 from tests.upstream_app import serve
 
@@ -390,3 +393,61 @@ def test_answers_are_byte_identical_for_the_same_request(
     if path != "/rag/answer":  # the model name and the id derive from the request
         other = httpx.post(url + path, json={**body, "model": "other"})
         assert other.content != first.content
+
+
+# -- the printed examples and the demo policy ------------------------------------------------
+
+DECISION: dict[AnswerKind, str] = {
+    "good": "released",
+    "partial": "partial",
+    "hallucinated": "abstained",
+    "stale": "partial",
+}
+
+
+def test_banner_examples_are_runnable(url: str) -> None:
+    text = banner("http://gw:8080", "http://gw:9090")
+    commands = [shlex.split(line) for line in text.splitlines() if line.startswith("  curl ")]
+    posts = [c for c in commands if "-d" in c]
+    assert len(posts) == len(DEMO_QUESTIONS) + 2
+    seen: set[str] = set()
+    for command in posts:
+        target = next(a for a in command if a.startswith("http://gw:8080/"))
+        body = json.loads(command[command.index("-d") + 1])
+        r = httpx.post(url + target.removeprefix("http://gw:8080"), json=body)
+        assert r.status_code == 200
+        if body.get("stream"):
+            assert r.text.rstrip().endswith('data: {"type": "message_stop"}')
+            continue
+        data = r.json()
+        answer = data["answer"] if "answer" in data else data["choices"][0]["message"]["content"]
+        seen.update(k for k, a in ANSWERS.items() if a.text == answer)
+    assert seen == set(ANSWER_KINDS)
+    snippet = "\n".join(
+        line[2:] for line in text.split("With the OpenAI SDK:")[1].splitlines() if line[:2] == "  "
+    )
+    compile(snippet, "<banner>", "exec")
+    assert "http://gw:8080/v1" in snippet
+
+
+@pytest.mark.parametrize("with_prompt", [True, False], ids=["chunks-in-request", "header-only"])
+def test_demo_policy_gives_each_kind_its_decision(url: str, with_prompt: bool) -> None:
+    proxy, *_ = build(Settings(upstream=url, policies=[str(DEMO_POLICY)]))
+    system: list[ChatCompletionMessageParam] = (
+        [{"role": "system", "content": demo_context_system_prompt()}] if with_prompt else []
+    )
+    decisions: dict[AnswerKind, str] = {}
+    with (
+        serve(proxy) as gateway,
+        openai.OpenAI(base_url=gateway + "/v1", api_key="k", max_retries=0) as client,
+    ):
+        for kind in ANSWER_KINDS:
+            raw = client.chat.completions.with_raw_response.create(
+                model="m", messages=[*system, *_oai_user(QUESTION[kind])]
+            )
+            decisions[kind] = raw.headers["x-citewarden-decision"]
+            content = raw.parse().choices[0].message.content or ""
+            if kind == "good":
+                assert content == ANSWERS["good"].text
+            assert "80%" not in content and "[warranty:3]" not in content
+    assert decisions == DECISION
