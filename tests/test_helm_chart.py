@@ -22,7 +22,7 @@ from tests.test_dashboard import promql_problems
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "citewarden"
 # Oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest with schemas.
-KUBE_VERSIONS = ("1.30.0", f"{kubernetes_validate.latest_version()}.0")
+KUBE_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 NAMESPACE = "llm"
 RELEASE = "cw"
 
