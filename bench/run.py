@@ -1,0 +1,370 @@
+"""`make bench`: citewarden against its baselines, side by side in one run (issue 5).
+
+Scenarios: added latency at concurrency 1; throughput at 16 and 64 with a 20 ms upstream
+(direct / bare passthrough / citewarden / optional LiteLLM); 128 concurrent SSE streams
+(integrity, buffer-mode release delay, progressive first byte, peak RSS); verification alone
+(bench/verify_bench.py). A scenario whose server does not start reports "unavailable: reason".
+Prints a markdown report and writes it into docs/benchmarks.md.
+
+    python bench/run.py [--duration 10] [--streams 128] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common
+import report
+from common import BENCH, PY, ROOT, LoadResult, Server, Unavailable
+from mock_upstream import REQUEST_BODY
+
+CHAT = "/v1/chat/completions"
+LITELLM_VENV = BENCH / ".litellm-venv"
+LITELLM_SKIPPED = "skipped: litellm not installed (bench/setup_litellm.sh installs it)"
+
+# -------------------------------------------------------------------------------- targets
+
+
+def gateway_argv(upstream: str, policy: Path, port: int, admin_port: int) -> list[str]:
+    exe = Path(PY).with_name("citewarden")
+    head = [str(exe)] if exe.exists() else [PY, "-m", "gateway.cli"]
+    return [*head, "serve", "--upstream", upstream, "--policy", str(policy),
+            "--port", str(port), "--admin-port", str(admin_port)]
+
+
+def start_bare(stack: contextlib.ExitStack, upstream: str) -> Server:
+    port = common.free_port()
+    argv = [PY, str(BENCH / "bare_proxy.py"), "--upstream", upstream, "--port", str(port)]
+    return stack.enter_context(common.server("bare", argv, port))
+
+
+def start_gateway(stack: contextlib.ExitStack, upstream: str, policy: Path) -> Server:
+    port, admin = common.free_port(), common.free_port()
+    argv = gateway_argv(upstream, policy, port, admin)
+    return stack.enter_context(common.server(f"citewarden-{policy.stem}", argv, port))
+
+
+def start_litellm(stack: contextlib.ExitStack, upstream: str) -> Server:
+    exe = LITELLM_VENV / "bin" / "litellm"
+    if not exe.exists():
+        raise Unavailable(LITELLM_SKIPPED)
+    cfg = Path(tempfile.mkstemp(prefix="bench-litellm-", suffix=".yaml")[1])
+    stack.callback(cfg.unlink, missing_ok=True)
+    cfg.write_text(
+        "model_list:\n"
+        "  - model_name: bench-model\n"
+        "    litellm_params:\n"
+        "      model: openai/bench-model\n"
+        f"      api_base: {upstream}/v1\n"
+        "      api_key: bench\n"
+        "litellm_settings:\n"
+        "  telemetry: false\n"
+    )
+    port = common.free_port()
+    argv = [str(exe), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
+            "--num_workers", "1"]
+    return stack.enter_context(common.server("litellm", argv, port, health="/health/liveliness",
+                                             timeout=120))
+
+
+def check_answer(url: str, stream: bool = False) -> None:
+    """One request before loading a target: it must answer 200 (and, for citewarden, release)
+    or its throughput would measure error paths."""
+    from mock_upstream import STREAM_REQUEST_BODY
+
+    req = urllib.request.Request(url + CHAT, data=STREAM_REQUEST_BODY if stream else REQUEST_BODY,
+                                 headers={"content-type": "application/json",
+                                          "authorization": "Bearer bench"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            decision = r.headers.get("x-citewarden-decision")
+            r.read()
+    except urllib.error.HTTPError as e:
+        raise Unavailable(f"sanity request answered {e.code}: {e.read()[:200]!r}") from e
+    except OSError as e:
+        raise Unavailable(f"sanity request failed: {e}") from e
+    if decision not in (None, "released", "progressive"):
+        raise Unavailable(f"sanity request decision {decision!r}, expected released")
+
+
+def drive(url: str, connections: int, duration: float) -> LoadResult:
+    if common.have_wrk():
+        return common.wrk(url + CHAT, REQUEST_BODY, connections, duration)
+    out = subprocess.run([PY, str(BENCH / "load.py"), "json", "--url", url + CHAT,
+                          "--concurrency", str(connections), "--duration", str(duration)],
+                         capture_output=True, text=True, timeout=duration + 60, check=True)
+    return LoadResult(**json.loads(out.stdout))
+
+
+# ------------------------------------------------------------------------------ scenarios
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{a / b:.0%}" if b else "n/a"
+
+
+def _start_targets(stack: contextlib.ExitStack, mock: Server, with_litellm: bool,
+                   ) -> dict[str, Server | str]:
+    """name -> running server, or the reason it is unavailable."""
+    starters: dict[str, Callable[[], Server]] = {
+        "bare passthrough": lambda: start_bare(stack, mock.url),
+        "citewarden": lambda: start_gateway(stack, mock.url, BENCH / "policy.yaml"),
+    }
+    if with_litellm:
+        starters["litellm"] = lambda: start_litellm(stack, mock.url)
+    targets: dict[str, Server | str] = {"direct": mock}
+    for name, start in starters.items():
+        try:
+            srv = start()
+            check_answer(srv.url)
+            targets[name] = srv
+        except (Unavailable, subprocess.SubprocessError) as e:
+            targets[name] = f"unavailable: {e}"
+        print(f"  {name}: {'up' if isinstance(targets[name], Server) else targets[name]}",
+              flush=True)
+    return targets
+
+
+def latency(targets: dict[str, Server | str], duration: float, raw: dict[str, Any]) -> str:
+    rows, res = [], {}
+    for name, t in targets.items():
+        if isinstance(t, str):
+            rows.append([name, t, "", "", ""])
+            continue
+        drive(t.url, 1, 1)  # warm-up
+        r = res[name] = drive(t.url, 1, duration)
+        d = res["direct"]
+        rows.append([name, f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}",
+                     f"{r.p50_ms - d.p50_ms:+.2f}", f"{r.p99_ms - d.p99_ms:+.2f}"
+                     + (f" ({r.errors} errors)" if r.errors else "")])
+        print(f"  latency {name}: p50 {r.p50_ms:.2f} ms p99 {r.p99_ms:.2f} ms", flush=True)
+    raw["latency"] = {k: asdict(v) for k, v in res.items()}
+    return report.table(["target", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms"], rows)
+
+
+def throughput(targets: dict[str, Server | str], duration: float, raw: dict[str, Any]) -> str:
+    conc = (16, 64)
+    res: dict[str, dict[int, LoadResult]] = {}
+    rows = []
+    for name, t in targets.items():
+        if isinstance(t, str):
+            rows.append([name, t, "", "", "", ""])
+            continue
+        drive(t.url, 16, 1)  # warm-up
+        res[name] = {}
+        for c in conc:
+            r = res[name][c] = drive(t.url, c, duration)
+            print(f"  throughput {name} c={c}: {r.rps:.0f} req/s, {r.errors} errors", flush=True)
+        d, b = res["direct"], res.get("bare passthrough")
+        cells = [name]
+        for c in conc:
+            cells += [f"{res[name][c].rps:.0f}", _pct(res[name][c].rps, d[c].rps)]
+        vs_bare = " / ".join(_pct(res[name][c].rps, b[c].rps) for c in conc) if b else "n/a"
+        errs = sum(res[name][c].errors for c in conc)
+        rows.append([*cells, vs_bare + (f" ({errs} errors)" if errs else "")])
+    raw["throughput"] = {k: {c: asdict(r) for c, r in v.items()} for k, v in res.items()}
+    return report.table(["target", "req/s @16", "vs direct @16", "req/s @64", "vs direct @64",
+                         "vs bare @16 / @64"], rows)
+
+
+def _q(xs: list[float], q: int) -> float:
+    if len(xs) < 2:
+        return xs[0] if xs else float("nan")
+    return statistics.quantiles(xs, n=100)[q - 1]
+
+
+def _sse_run(name: str, url: str, mock: Server, streams: int, reframes: bool
+             ) -> dict[str, Any]:
+    """One round of `streams` concurrent streams. `reframes`: the target re-emits its own frames
+    (citewarden), so only the text can be compared, not the frame count."""
+    out = subprocess.run([PY, str(BENCH / "load.py"), "sse", "--url", url + CHAT,
+                          "--streams", str(streams)],
+                         capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise Unavailable(f"sse driver failed: {out.stderr.strip()[-300:]}")
+    data: dict[str, Any] = json.loads(out.stdout)
+    with urllib.request.urlopen(mock.url + "/_bench/stream-times", timeout=10) as r:
+        times: dict[str, list[float]] = json.loads(r.read())
+    ss = data["streams"]
+    good = [s for s in ss if s["status"] == 200 and s["intact"] and s["done"]
+            and not s["error_event"]]
+    lost = 0 if reframes else sum(max(0, data["expected_frames"] - s["frames"]) for s in ss)
+    release = [(s["first_byte"] - times[s["rid"]][1]) * 1000 for s in ss if s["rid"] in times]
+    after_claim = [(s["first_content"] - times[s["rid"]][0]) * 1000 for s in ss
+                   if s["rid"] in times and s["first_content"]]
+    ttfb = [(s["first_byte"] - s["start"]) * 1000 for s in ss if s["first_byte"]]
+    return {"name": name, "streams": len(ss) + len(data["failures"]), "good": len(good),
+            "failures": data["failures"][:3], "content_frames_lost": lost,
+            "damaged": len(ss) - len(good),
+            "release_delay_p50_ms": _q(release, 50), "release_delay_p99_ms": _q(release, 99),
+            "first_byte_after_first_claim_p50_ms": _q(after_claim, 50),
+            "ttfb_p50_ms": _q(ttfb, 50)}
+
+
+def sse(streams: int, token_interval_ms: float, raw: dict[str, Any]) -> str:
+    rows = []
+    results = []
+    setups: list[tuple[str, Callable[[contextlib.ExitStack, Server], Server | None]]] = [
+        ("direct", lambda st, m: None),
+        ("bare passthrough", lambda st, m: start_bare(st, m.url)),
+        ("citewarden buffer", lambda st, m: start_gateway(st, m.url, BENCH / "policy.yaml")),
+        ("citewarden progressive",
+         lambda st, m: start_gateway(st, m.url, BENCH / "policy-progressive.yaml")),
+    ]
+    for name, setup in setups:
+        try:
+            with contextlib.ExitStack() as stack:
+                mock = stack.enter_context(common.mock_upstream(20.0, token_interval_ms))
+                srv = setup(stack, mock)
+                target = srv or mock
+                check_answer(target.url, stream=True)
+                r = _sse_run(name, target.url, mock, streams, name.startswith("citewarden"))
+                rss = target.peak_rss_kib()
+                r["peak_rss_mib"] = rss / 1024 if rss else None
+        except (Unavailable, subprocess.SubprocessError, OSError) as e:
+            rows.append([name, f"unavailable: {e}", "", "", "", "", ""])
+            print(f"  sse {name}: unavailable: {e}", flush=True)
+            continue
+        results.append(r)
+        print(f"  sse {name}: {r['good']}/{r['streams']} intact, release delay p50 "
+              f"{r['release_delay_p50_ms']:.1f} ms, ttfb p50 {r['ttfb_p50_ms']:.1f} ms", flush=True)
+        buffered = name == "citewarden buffer"
+        rows.append([
+            name,
+            f"{r['good']}/{r['streams']}"
+            + (f" ({r['content_frames_lost']} frames lost)" if r["content_frames_lost"] else ""),
+            f"{r['release_delay_p50_ms']:.1f} / {r['release_delay_p99_ms']:.1f}"
+            if buffered else "n/a (streams through)",
+            f"{r['first_byte_after_first_claim_p50_ms']:+.1f}"
+            if name == "citewarden progressive" else "",
+            f"{r['ttfb_p50_ms']:.1f}",
+            f"{r['peak_rss_mib']:.0f}" if r["peak_rss_mib"] else "n/a",
+        ])
+    raw["sse"] = results
+    return report.table(["target", "streams intact", "release delay p50 / p99 ms (buffer)",
+                         "first text after first claim p50 ms (progressive)", "TTFB p50 ms",
+                         "peak RSS MiB"], rows)
+
+
+def verification() -> str:
+    path = BENCH / "verify_bench.py"
+    if not path.exists():
+        return "unavailable: bench/verify_bench.py not present\n"
+    out = subprocess.run([PY, str(path)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    if out.returncode != 0:
+        return f"unavailable: verify_bench.py exited {out.returncode}: {out.stderr[-300:]}\n"
+    return out.stdout
+
+
+# ---------------------------------------------------------------------------------- main
+
+
+@contextlib.contextmanager
+def _timed(title: str) -> Iterator[None]:
+    print(f"== {title}", flush=True)
+    t0 = time.monotonic()
+    yield
+    print(f"   ({time.monotonic() - t0:.0f} s)", flush=True)
+
+
+SCENARIOS = ("latency", "throughput", "sse", "verify")
+
+
+def run(duration: float, streams: int, token_interval_ms: float, with_litellm: bool,
+        only: set[str]) -> tuple[str, dict[str, Any]]:
+    raw: dict[str, Any] = {"machine": common.machine(), "duration_s": duration}
+    driver = "wrk (1 thread)" if common.have_wrk() else "bench/load.py json (Python, aiohttp)"
+    litellm_note = ""
+    skipped = "not run (--only)\n"
+    lat = thr = sse_table = ver = skipped
+    if only & {"latency", "throughput"}:
+        with contextlib.ExitStack() as stack, _timed("JSON scenarios"):
+            mock = stack.enter_context(common.mock_upstream(20.0, token_interval_ms))
+            litellm = with_litellm and (LITELLM_VENV / "bin").exists()
+            targets = _start_targets(stack, mock, litellm)
+            if with_litellm and not litellm:
+                litellm_note = LITELLM_SKIPPED
+                print(f"  litellm: {LITELLM_SKIPPED}", flush=True)
+            if "latency" in only:
+                lat = latency(targets, duration, raw)
+            if "throughput" in only:
+                thr = throughput(targets, duration, raw)
+    if "sse" in only:
+        with _timed(f"SSE: {streams} concurrent streams"):
+            sse_table = sse(streams, token_interval_ms, raw)
+    if "verify" in only:
+        with _timed("verification alone"):
+            ver = verification()
+    nproc = os.cpu_count()
+    when = time.strftime("%Y-%m-%d %H:%M %Z")
+    text = f"""Machine: {raw['machine']}.
+Generated by `make bench` on {when}; load from {driver}, {duration:.0f} s per cell.
+Mock upstream: 20 ms latency, {len(REQUEST_BODY)} B request carrying the context chunks,
+~1 KB cited openai-chat answer; SSE paced at one token per {token_interval_ms:.0f} ms.
+Every server is one process (one uvicorn worker) on {nproc} shared cores.
+{('LiteLLM: ' + litellm_note) if litellm_note else ''}
+
+### Added latency, concurrency 1
+
+{lat}
+### Throughput, 20 ms upstream
+
+{thr}
+### {streams} concurrent SSE streams
+
+"Streams intact": status 200, every content delta present and in order, clean `[DONE]`.
+Release delay: upstream's last byte to the client's first byte (buffer mode holds everything
+until the decision). Progressive: the client's first content text minus the moment the upstream
+completed the first claim (sent the token after it). Frames lost are counted where framing
+passes through unchanged; citewarden re-frames, so its streams are compared by text.
+
+{sse_table}
+### Verification alone
+
+{ver}"""
+    return text, raw
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds per load cell")
+    ap.add_argument("--streams", type=int, default=128)
+    ap.add_argument("--token-interval-ms", type=float, default=20.0)
+    ap.add_argument("--no-litellm", action="store_true")
+    ap.add_argument("--only", default=",".join(SCENARIOS),
+                    help=f"comma-separated subset of {','.join(SCENARIOS)}")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    if not only <= set(SCENARIOS):
+        ap.error(f"--only: unknown scenario(s) {sorted(only - set(SCENARIOS))}")
+    if not common.have_wrk():
+        print("note: wrk not found (apt-get install -y wrk); using the Python driver", flush=True)
+    text, raw = run(args.duration, args.streams, args.token_interval_ms, not args.no_litellm, only)
+    print()
+    print(text)
+    results = BENCH / "results"
+    results.mkdir(exist_ok=True)
+    (results / "latest.json").write_text(json.dumps(raw, indent=2, default=str))
+    if not args.no_write and only == set(SCENARIOS):
+        report.write_section(ROOT / "docs" / "benchmarks.md", "results", text)
+        print(f"written: docs/benchmarks.md, {results / 'latest.json'}")
+
+
+if __name__ == "__main__":
+    main()
