@@ -9,8 +9,11 @@ What counts as citation-shaped (a marker never spans a line):
   on both sides (``[a:1]``, ``[my doc:1]``) or at an edge of the group or of a comma-separated
   part (``[:1]``, ``[a:]``, ``[a:1, :2]``), and is not a URL (``[https://x]``). Prose such as
   ``[Note: see above]`` (colon followed by a space), ``[see above]``, ``[1/2]`` or ``[x]`` is
-  not a citation. Several ids are written ``[a:1, b:2]`` (one Citation per part, ``raw`` is the
-  part) or ``[a:1][b:2]``; ``[DOC:CHUNK@V]`` carries version ``V``.
+  not a citation. One id-like token on each side of a colon with spaces beside it
+  (``[hr :leave]``, ``[doc: 3]``) is citation-shaped — and malformed — when it has a digit or
+  no capital letter, so ``[Warning: deprecated]`` stays prose. Several ids are written
+  ``[a:1, b:2]`` (one Citation per part, ``raw`` is the part) or ``[a:1][b:2]``;
+  ``[DOC:CHUNK@V]`` carries version ``V``.
 * ``numeric`` — ``[N]`` / ``[N, M]``: a group of digits, commas and spaces (forbidden characters
   make it malformed rather than invisible). The id is the digits.
 * ``footnote`` — ``[^N]``; the id is ``N``.
@@ -41,6 +44,10 @@ _BRACKET = re.compile(r"!?\[([^\[\]\n]*)\](\()?")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 # A colon touching non-space on both sides, or at the edge of the group / of a part.
 _COLON_SHAPE = re.compile(r"(?:^|,)\s*:|:\s*(?:,|$)|\S:\S")
+# One id-like token on each side of a colon with spaces next to it: `[hr :leave]`, `[doc: 3]`.
+# Citation-shaped (and then malformed: whitespace inside a half) when it carries a digit or is
+# all lower-case, so prose such as `[Warning: deprecated]` stays prose.
+_SPACED_PART = re.compile(r"\s*[^\s:,\[\]]+ *: *[^\s:,\[\]]+\s*")
 _NUMERIC_BODY = re.compile(r"^[\d,\s\u200b-\u200f\u2060\ufeff\u061c\u202a-\u202e\u2066-\u2069]+$")
 _HAS_DIGIT = re.compile(r"\d")
 # C0/C1 controls except tab and newline (those are whitespace), zero-width and bidi marks.
@@ -102,6 +109,12 @@ def _split_parts(body: str, offset: int) -> list[tuple[str, int, int]]:
     return parts
 
 
+def _spaced_id(body: str) -> bool:
+    if not (_HAS_DIGIT.search(body) or body == body.lower()):
+        return False
+    return all(_SPACED_PART.fullmatch(part) for part in body.split(","))
+
+
 class CitationParser:
     """Finds citation markers of one policy's `citations.format`; compiled once."""
 
@@ -147,7 +160,9 @@ class CitationParser:
     def _bracket(self, body: str, offset: int) -> tuple[Citation, ...]:
         fmt = self._format
         if fmt == "doc-chunk":
-            shaped = ":" in body and not _URL.match(body) and _COLON_SHAPE.search(body)
+            shaped = ":" in body and not _URL.match(body) and (
+                _COLON_SHAPE.search(body) or _spaced_id(body)
+            )
             if not shaped and not (":" in body and forbidden_char(body)):
                 return ()
             return tuple(_doc_chunk_part(p, s, e) for p, s, e in _split_parts(body, offset))

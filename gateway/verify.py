@@ -8,6 +8,7 @@ deadline, where an overrun or crash is an error verdict, never a pass.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections.abc import Sequence
@@ -78,10 +79,45 @@ class Verifier:
             if channel.structured is not None:
                 out.extend(self._structured(ci, channel, len(out)))
                 continue
+            if channel.kind == "tool_arguments":
+                tool_claims = self._tool_arguments(ci, channel, len(out))
+                if tool_claims is not None:
+                    out.extend(tool_claims)
+                    continue
             seg = self.segmenter()
             for s in seg.feed(channel.text) + seg.finish():
                 cits = s.citations + _native_for(channel, s.start, s.end)
                 out.append(Claim(len(out), ci, s.text, s.start, s.end, cits, s.exempt))
+        return out
+
+    def _tool_arguments(self, ci: int, channel: Channel, first: int) -> list[Claim] | None:
+        """Claims in a tool call's JSON arguments: the prose among its string values.
+
+        JSON syntax is no claim (its quotes are not quotations), and neither is a parameter
+        such as a search query or an id; a string value is a claim-bearing text when it cites
+        something or reads as prose (a sentence of four or more words). Arguments that are not
+        JSON return None and are segmented as plain text, which fails closed.
+        """
+        try:
+            args = json.loads(channel.text)
+        except ValueError:
+            return None
+        out: list[Claim] = []
+        cursor = 0
+        for value in _string_leaves(args):
+            if not (_PROSE.search(value) or self.parser.find(value)):
+                continue
+            literal = json.dumps(value, ensure_ascii=False)
+            at = channel.text.find(literal, cursor)
+            exact = at >= 0
+            if exact:
+                cursor = at + len(literal)
+            seg = self.segmenter()
+            for sg in seg.feed(value) + seg.finish():
+                start, end = (at + 1 + sg.start, at + 1 + sg.end) if exact else (-1, -1)
+                out.append(
+                    Claim(first + len(out), ci, sg.text, start, end, sg.citations, sg.exempt)
+                )
         return out
 
     def _structured(self, ci: int, channel: Channel, first: int) -> list[Claim]:
@@ -187,6 +223,25 @@ async def _run_batch(
     ):
         return [CheckResult.error(check.name, "crash", "bad batch result") for _ in claims]
     return results
+
+
+# Four or more words ending a sentence: prose, as opposed to a query, an id or an enum value.
+_PROSE = re.compile(r"(?:\S+\s+){3,}\S+[.!?](?:\s|$)")
+
+
+def _string_leaves(value: object) -> list[str]:
+    """String values (not keys) of a JSON document, in document order."""
+    out: list[str] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            out.append(node)
+        elif isinstance(node, dict):
+            stack.extend(reversed(list(node.values())))
+        elif isinstance(node, list):
+            stack.extend(reversed(node))
+    return out
 
 
 def _native_for(channel: Channel, start: int, end: int) -> tuple[Citation, ...]:

@@ -75,11 +75,17 @@ def test_homoglyph_id_is_kept_verbatim() -> None:
         "[Note: read this]",
         "[https://example.com]",
         "a:1 without brackets",
-        "[a :1]",
+        "[Warning: deprecated]",
     ],
 )
 def test_not_citations(text: str) -> None:
     assert parse(text) == []
+
+
+@pytest.mark.parametrize("text", ["[a :1]", "[hr: leave]", "[doc: 3]", "[a:1, b :2]"])
+def test_whitespace_beside_the_colon_is_a_malformed_citation(text: str) -> None:
+    cits = parse(text)
+    assert cits and cits[-1].malformed == "whitespace inside a half"
 
 
 def test_find_range_and_base() -> None:

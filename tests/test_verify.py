@@ -113,16 +113,28 @@ def test_channel_kinds_follow_policy() -> None:
     a = Answer("openai-chat", {}, [
         Channel("content", ("c",), "Content [a:1]."),
         Channel("reasoning", ("r",), "Thinking aloud."),
-        Channel("tool_arguments", ("t",), '{"q": "x"}'),
+        Channel("tool_arguments", ("t",), '{"q": "x", "note": "The pack stores 62.5 kWh."}'),
         Channel("refusal", ("f",), "Refused."),
         Channel("transcript", ("s",), "Spoken."),
     ])
     default = Verifier(make_policy()).claims(a)
     assert [c.channel for c in default] == [0, 2, 3, 4]
+    # Only the prose string of the tool arguments is a claim; the query "x" is a parameter.
+    assert [c.text for c in default if c.channel == 2] == ["The pack stores 62.5 kWh."]
     withheld = Verifier(make_policy(channels={"tool_calls": "pass"})).claims(a)
     assert [c.channel for c in withheld] == [0, 3, 4]
     reasoning = Verifier(make_policy(channels={"reasoning": "verify"})).claims(a)
     assert [c.channel for c in reasoning] == [0, 1, 2, 3, 4]
+
+
+def test_tool_argument_json_quotes_are_not_quotations() -> None:
+    text = '{"summary": "The pack stores 62.5 kWh [a:1].", "id": "abc"}'
+    a = Answer("openai-chat", {}, [Channel("tool_arguments", ("t",), text)])
+    v = Verifier(make_policy())
+    (claim,) = v.claims(a)
+    assert text[claim.start : claim.end] == claim.text == "The pack stores 62.5 kWh [a:1]."
+    broken = Answer("openai-chat", {}, [Channel("tool_arguments", ("t",), '{"summary": "Oops')])
+    assert v.claims(broken), "arguments that are not JSON are segmented as text (fail closed)"
 
 
 def test_structured_claims() -> None:
