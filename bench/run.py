@@ -268,7 +268,50 @@ def verification() -> str:
     out = subprocess.run([PY, str(path)], capture_output=True, text=True, timeout=600, cwd=ROOT)
     if out.returncode != 0:
         return f"unavailable: verify_bench.py exited {out.returncode}: {out.stderr[-300:]}\n"
-    return out.stdout
+    # A markdown table must not run on from a paragraph line.
+    lines = out.stdout.splitlines()
+    fixed = [line for i, line in enumerate(lines)
+             for line in ([""] if line.startswith("|") and i and lines[i - 1].strip()
+                          and not lines[i - 1].startswith("|") else []) + [line]]
+    return "\n".join(fixed) + "\n"
+
+
+def targets_table(raw: dict[str, Any]) -> str:
+    """The issue-5 targets, met or not, from this run's figures."""
+    rows: list[list[str]] = []
+
+    def add(what: str, target: str, value: float | None, ok: Callable[[float], bool],
+            fmt: str) -> None:
+        if value is None:
+            rows.append([what, target, "not measured", ""])
+        else:
+            rows.append([what, target, format(value, fmt), "met" if ok(value) else "NOT met"])
+
+    lat, thr = raw.get("latency", {}), raw.get("throughput", {})
+    cw, d, b = "citewarden", "direct", "bare passthrough"
+    add("added p50 latency, concurrency 1", "<= 1 ms",
+        lat[cw]["p50_ms"] - lat[d]["p50_ms"] if cw in lat and d in lat else None,
+        lambda v: v <= 1.0, "+.2f")
+    for c, floor in ((16, 0.80), (64, 0.70)):
+        add(f"throughput vs direct @{c}", f">= {floor:.0%}",
+            thr[cw][c]["rps"] / thr[d][c]["rps"] if cw in thr and d in thr else None,
+            lambda v, f=floor: v >= f, ".0%")
+    for c in (16, 64):
+        add(f"throughput vs bare passthrough @{c}", ">= 90%",
+            thr[cw][c]["rps"] / thr[b][c]["rps"] if cw in thr and b in thr else None,
+            lambda v: v >= 0.90, ".0%")
+    sse_by = {r["name"]: r for r in raw.get("sse", [])}
+    buf, prog = sse_by.get("citewarden buffer"), sse_by.get("citewarden progressive")
+    damaged = ([r["damaged"] + len(r["failures"]) for r in (buf, prog) if r]
+               if buf or prog else None)
+    add("SSE streams lost / damaged (buffer + progressive)", "0",
+        sum(damaged) if damaged is not None else None, lambda v: v == 0, ".0f")
+    add("buffer release delay p50", "<= 5 ms", buf["release_delay_p50_ms"] if buf else None,
+        lambda v: v <= 5.0, ".1f")
+    add("progressive first text after first claim p50", "<= +2 ms",
+        prog["first_byte_after_first_claim_p50_ms"] if prog else None,
+        lambda v: v <= 2.0, "+.1f")
+    return report.table(["target (issue 5)", "goal", "this run", ""], rows)
 
 
 # ---------------------------------------------------------------------------------- main
@@ -318,6 +361,10 @@ Mock upstream: 20 ms latency, {len(REQUEST_BODY)} B request carrying the context
 ~1 KB cited openai-chat answer; SSE paced at one token per {token_interval_ms:.0f} ms.
 Every server is one process (one uvicorn worker) on {nproc} shared cores.
 {('LiteLLM: ' + litellm_note) if litellm_note else ''}
+
+### Against the targets
+
+{targets_table(raw)}
 
 ### Added latency, concurrency 1
 
