@@ -203,12 +203,15 @@ class _Exchange:
         headers = forward_request_headers(self.raw_headers, self.request_id)
         try:
             async with self.app.upstream.stream(method, self.path_qs, headers, body) as resp:
+                relayed = response_headers(resp.headers, decoded=True)  # names lower-cased
                 extra = [
                     (k.encode("latin-1"), v.encode("latin-1"))
-                    for k, v in response_headers(resp.headers, decoded=True)
+                    for k, v in relayed
                     if k not in ("content-type", "x-request-id")
                 ]
-                ctype = dict(resp.headers).get("content-type", "application/octet-stream")
+                ctype = next(
+                    (v for k, v in relayed if k == "content-type"), "application/octet-stream"
+                )
                 await self.start(resp.status, ctype.encode("latin-1"), extra)
                 async for chunk in resp.iter_bytes():
                     await self.body(chunk, more=True)
