@@ -174,6 +174,13 @@ class _Exchange:
     # -- entry -------------------------------------------------------------------------------
 
     async def run(self) -> None:
+        if "websocket" in self.headers.get("upgrade", "").lower():
+            # Without a WebSocket library installed, uvicorn hands the upgrade over as plain
+            # HTTP: refuse it here as the websocket scope is refused, on every path.
+            await self.respond(
+                403, _gateway_error("forbidden", "citewarden: WebSocket upgrades are refused")
+            )
+            return
         policies = self.app.store.current
         method: str = self.scope["method"]
         matched = policies.match(method, self.path, self.headers)
