@@ -11,8 +11,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# With CITEWARDEN_UPSTREAM set, serve in front of it (CITEWARDEN_POLICY, default
+# policies/default.yaml); otherwise start the embedded demo upstream behind the gateway.
 run: $(STAMP)
-	$(BIN)/citewarden demo --port $${PORT:-8080} --admin-port $${ADMIN_PORT:-9090}
+	@if [ -n "$$CITEWARDEN_UPSTREAM" ]; then \
+		CITEWARDEN_POLICY="$${CITEWARDEN_POLICY:-policies/default.yaml}" $(BIN)/citewarden serve; \
+	else \
+		$(BIN)/citewarden demo; \
+	fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check gateway tests bench

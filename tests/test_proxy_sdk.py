@@ -91,6 +91,24 @@ def progressive(
         yield out
 
 
+@pytest.fixture(autouse=True)
+def _close_clients(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close every SDK client a test opens, so no socket outlives its test."""
+    opened: list[openai.OpenAI | anthropic.Anthropic] = []
+    for module, name in ((openai, "OpenAI"), (anthropic, "Anthropic")):
+        cls = getattr(module, name)
+
+        def make(*args: object, _cls: type = cls, **kwargs: object) -> object:
+            client = _cls(*args, **kwargs)
+            opened.append(client)
+            return client
+
+        monkeypatch.setattr(module, name, make)
+    yield
+    for client in opened:
+        client.close()
+
+
 def _oa_messages(key: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": CONTEXT}, {"role": "user", "content": key}]
 
