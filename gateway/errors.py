@@ -2,7 +2,7 @@
 
     GatewayError
     ├── PolicyError            invalid policy file (file, line, reason) — exit 2 at start-up
-    ├── InputError             bad client or CLI input (invalid JSON, unknown protocol) — 400 / exit 2
+    ├── InputError             bad client or CLI input (invalid JSON, …) — 400 / exit 2
     │   └── BodyTooLarge       client body over the limit — 413
     ├── ProtocolError          an upstream body or stream that does not parse — 502
     └── UpstreamError          the upstream could not be used (see gateway.upstream)

@@ -31,7 +31,9 @@ routes:
     rag: {{answer: /answer, context: /sources}}
 passthrough: [/v1/models]
 citations: {{format: doc-chunk}}
-checks: [missing_citation, malformed_citation, hallucinated_citation, stale_source, quote_mismatch, number_mismatch]
+checks:
+  [missing_citation, malformed_citation, hallucinated_citation, stale_source, quote_mismatch,
+   number_mismatch]
 channels: {{tool_calls: {tool_calls}, reasoning: {reasoning}, logprobs: {logprobs}}}
 release:
   on_unverified: {on_unverified}

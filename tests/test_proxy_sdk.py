@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import anthropic
 import openai
@@ -35,6 +34,7 @@ CONTEXT = (
 )
 GOOD = "The Voltra pack stores 62.5 kWh [bat:1]. Charging from 10% to 80% takes 28 minutes [bat:2]."
 BAD_CLAIM = "The pack is made on the Moon"
+KEPT = "The Voltra pack stores 62.5 kWh [bat:1]. It weighs 410 kg [bat:1]."
 MIXED = f"The Voltra pack stores 62.5 kWh [bat:1]. {BAD_CLAIM} [bat:9]. It weighs 410 kg [bat:1]."
 WRONG_NUMBER = "Charging from 10% to 80% takes 12 minutes [bat:2]."
 
@@ -43,7 +43,8 @@ def _upstream() -> FakeUpstream:
     up = create_upstream()
     for key, text in {"good": GOOD, "mixed": MIXED, "number": WRONG_NUMBER}.items():
         up.on(f"oa-json-{key}", Json(openai_body(text, n=2)))
-        up.on(f"oa-sse-{key}", Stream(openai_sse(text, chunk_size=3, include_usage=True), seed=len(key)))
+        frames = openai_sse(text, chunk_size=3, include_usage=True)
+        up.on(f"oa-sse-{key}", Stream(frames, seed=len(key)))
         up.on(f"an-json-{key}", Json(anthropic_body(text)))
         up.on(f"an-sse-{key}", Stream(anthropic_sse(text, chunk_size=3), seed=len(key) + 7))
     return up
@@ -185,7 +186,7 @@ def test_openai_unverified_answer_is_blocked_or_stripped(gateway: tuple[str, Gat
     assert len(completion.choices) == 2
     for choice in completion.choices:
         content = choice.message.content or ""
-        assert content.startswith("The Voltra pack stores 62.5 kWh [bat:1]. It weighs 410 kg [bat:1].")
+        assert content.startswith(KEPT)
         _no_bad_text(choice.model_dump())
     _no_bad_text(raw.http_response.text)
 
@@ -203,7 +204,7 @@ def test_openai_unverified_stream(gateway: tuple[str, Gateway]) -> None:
         model="m", messages=_oa_messages("oa-sse-mixed"), stream=True  # type: ignore[arg-type]
     )
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-    assert text.startswith("The Voltra pack stores 62.5 kWh [bat:1]. It weighs 410 kg [bat:1].")
+    assert text.startswith(KEPT)
     _no_bad_text(text)
 
 
@@ -254,16 +255,18 @@ def test_anthropic_unverified(gateway: tuple[str, Gateway]) -> None:
         body = err.value.response.json()
         assert body["type"] == "error"
         assert body["citewarden"]["reason"] == "hallucinated_citation"
-        with pytest.raises(anthropic.UnprocessableEntityError):
-            with client.messages.stream(**_an_kwargs("an-sse-number")) as stream:  # type: ignore[arg-type]
-                stream.get_final_message()
+        with (
+            pytest.raises(anthropic.UnprocessableEntityError),
+            client.messages.stream(**_an_kwargs("an-sse-number")) as stream,  # type: ignore[arg-type]
+        ):
+            stream.get_final_message()
         return
     message = client.messages.create(**_an_kwargs("an-json-mixed"))  # type: ignore[arg-type]
     _no_bad_text(message.model_dump())
     with client.messages.stream(**_an_kwargs("an-sse-mixed")) as stream:  # type: ignore[arg-type]
         final = stream.get_final_message()
     text = "".join(b.text for b in final.content if b.type == "text")
-    assert text.startswith("The Voltra pack stores 62.5 kWh [bat:1]. It weighs 410 kg [bat:1].")
+    assert text.startswith(KEPT)
     _no_bad_text(final.model_dump())
 
 
@@ -315,9 +318,11 @@ def test_progressive_failure_ends_with_error_event(progressive: dict[str, Gatewa
                 received += chunk.choices[0].delta.content or ""
     assert received == "The Voltra pack stores 62.5 kWh [bat:1]."
     an = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-test", max_retries=0)
-    with pytest.raises(anthropic.APIError):
-        with an.messages.stream(**_an_kwargs("an-sse-mixed")) as s:  # type: ignore[arg-type]
-            s.get_final_message()
+    with (
+        pytest.raises(anthropic.APIError),
+        an.messages.stream(**_an_kwargs("an-sse-mixed")) as s,  # type: ignore[arg-type]
+    ):
+        s.get_final_message()
 
 
 def test_progressive_strip_removes_the_failing_claim(progressive: dict[str, Gateway]) -> None:
@@ -327,7 +332,7 @@ def test_progressive_strip_removes_the_failing_claim(progressive: dict[str, Gate
         model="m", messages=_oa_messages("oa-sse-mixed"), stream=True  # type: ignore[arg-type]
     )
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-    assert text.startswith("The Voltra pack stores 62.5 kWh [bat:1]. It weighs 410 kg [bat:1].")
+    assert text.startswith(KEPT)
     _no_bad_text(text)
     an = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-test", max_retries=0)
     with an.messages.stream(**_an_kwargs("an-sse-mixed")) as s:  # type: ignore[arg-type]

@@ -9,7 +9,8 @@ SYSTEM = '<chunk id="doc:1" version="2">The battery holds 62.5 kWh.</chunk>'
 
 
 def _req(text: str) -> dict[str, object]:
-    return {"model": "m", "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]}
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]
+    return {"model": "m", "messages": messages}
 
 
 def test_released_and_blocked(tmp_path: Path) -> None:
