@@ -67,6 +67,8 @@ def _uvicorn_config(
         log_level="warning" if log_level == "info" else log_level,
         access_log=False,
         lifespan="on",
+        loop="auto",  # uvloop when installed
+        http="auto",  # httptools when installed
         timeout_graceful_shutdown=int(grace) or 1,
         server_header=False,
         date_header=False,

@@ -179,6 +179,37 @@ async def test_gzip_body_is_decoded_and_encoding_header_dropped(serve, clients):
         assert b"".join([c async for c in s.iter_bytes()]) == payload
 
 
+def _brotli(data: bytes) -> bytes:
+    import brotli
+
+    out: bytes = brotli.compress(data)
+    return out
+
+
+def _zstd(data: bytes) -> bytes:
+    from backports import zstd
+
+    out: bytes = zstd.compress(data)
+    return out
+
+
+@pytest.mark.parametrize(("coding", "compress"), [("br", _brotli), ("zstd", _zstd)])
+async def test_brotli_and_zstd_bodies_are_offered_and_decoded(serve, clients, coding, compress):
+    assert coding in ACCEPT_ENCODING.split(", ")
+    payload = json.dumps({"choices": [{"message": {"content": "y" * 5000}}]}).encode()
+
+    async def encoded(request: web.Request) -> web.Response:
+        return web.Response(body=compress(payload), headers={
+            "content-type": "application/json", "content-encoding": coding})
+
+    app = web.Application()
+    app.router.add_get("/enc", encoded)
+    up = clients(await serve(app))
+    resp = await up.request("GET", "/enc", [], b"")
+    assert resp.body == payload
+    assert resp.decoded and resp.content_encoding is None
+
+
 async def test_an_encoding_we_did_not_ask_for_is_left_alone_and_reported(serve, clients):
     async def odd(request: web.Request) -> web.Response:
         return web.Response(body=b"\x00\x01", headers={"content-encoding": "x-custom"})
