@@ -210,7 +210,7 @@ class _Exchange:
         headers = forward_request_headers(self.raw_headers, self.request_id)
         try:
             async with self.app.upstream.stream(method, self.path_qs, headers, body) as resp:
-                relayed = response_headers(resp.headers, decoded=True)  # names lower-cased
+                relayed = response_headers(resp.headers, decoded=resp.decoded)  # lower-cased
                 extra = [
                     (k.encode("latin-1"), v.encode("latin-1"))
                     for k, v in relayed
