@@ -73,6 +73,10 @@ _DECISIONS: Final = tuple(d.value for d in Decision)
 _UNKNOWN: Final = "unknown"
 
 
+def _first_key(usage: Mapping[str, object], keys: tuple[str, ...]) -> object:
+    return next((usage[k] for k in keys if k in usage), 0)
+
+
 class _Inflight:
     """Re-usable, re-entrant context manager: it keeps no state of its own, only the gauge child."""
 
@@ -314,13 +318,14 @@ class Metrics:
         """Upstream token usage. `served` is True when the answer reached the client unchanged
         or partially; False when it was withheld (abstained, blocked, review).
 
-        OpenAI's `prompt_tokens` / `completion_tokens` are read when the Anthropic-style keys are
-        absent, so adapters may pass the upstream's usage object as is.
+        `usage` is normally `Answer.usage` (keys `input` / `output`, as the adapters normalise
+        it); the upstream's raw usage object (`input_tokens` / `output_tokens`, or OpenAI's
+        `prompt_tokens` / `completion_tokens`) is read too, so a caller may pass it as is.
         """
         rm = self._route(route)
         outcome = "served" if served else "withheld"
-        inp = usage.get("input_tokens", usage.get("prompt_tokens", 0))
-        out = usage.get("output_tokens", usage.get("completion_tokens", 0))
+        inp = _first_key(usage, ("input", "input_tokens", "prompt_tokens"))
+        out = _first_key(usage, ("output", "output_tokens", "completion_tokens"))
         # Usage comes from the upstream's body: ignore anything that is not a sane count.
         if isinstance(inp, int) and not isinstance(inp, bool) and inp > 0:
             rm.tokens[(outcome, "input")].inc(inp)
