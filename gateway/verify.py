@@ -8,6 +8,7 @@ deadline, where an overrun or crash is an error verdict, never a pass.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import time
@@ -112,11 +113,20 @@ class Verifier:
             exact = at >= 0
             if exact:
                 cursor = at + len(literal)
+            # Offsets are in the channel text when the value is written there verbatim, else
+            # in the value itself; either way claim and citation offsets agree.
+            shift = at + 1 if exact else 0
             seg = self.segmenter()
             for sg in seg.feed(value) + seg.finish():
-                start, end = (at + 1 + sg.start, at + 1 + sg.end) if exact else (-1, -1)
+                cits = tuple(
+                    dataclasses.replace(c, start=c.start + shift, end=c.end + shift)
+                    for c in sg.citations
+                )
                 out.append(
-                    Claim(first + len(out), ci, sg.text, start, end, sg.citations, sg.exempt)
+                    Claim(
+                        first + len(out), ci, sg.text, sg.start + shift, sg.end + shift, cits,
+                        sg.exempt,
+                    )
                 )
         return out
 

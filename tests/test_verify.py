@@ -133,6 +133,10 @@ def test_tool_argument_json_quotes_are_not_quotations() -> None:
     v = Verifier(make_policy())
     (claim,) = v.claims(a)
     assert text[claim.start : claim.end] == claim.text == "The pack stores 62.5 kWh [a:1]."
+    (cit,) = claim.citations
+    assert text[cit.start : cit.end] == "a:1"
+    ctx = ContextSet({"a:1": Chunk("a:1", "The pack stores 62.5 kWh of energy.")})
+    assert [r.verdict for r in v.verify_claims([claim], ctx)] == ["verified"]
     broken = Answer("openai-chat", {}, [Channel("tool_arguments", ("t",), '{"summary": "Oops')])
     assert v.claims(broken), "arguments that are not JSON are segmented as text (fail closed)"
 
