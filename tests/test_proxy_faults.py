@@ -354,6 +354,14 @@ def test_upstream_timeout_is_504(stack: Stack, upstream: FakeUpstream, case: Cas
     assert "battery" not in r.text
 
 
+def test_passthrough_timeout_is_504(stack: Stack, upstream: FakeUpstream) -> None:
+    gw = stack.gateway(read_timeout=READ_TIMEOUT)
+    r = httpx.get(gw.url + "/v1/models", headers=scenario(upstream, Slow(5.0)), timeout=10.0)
+    assert r.status_code == 504, r.text
+    assert r.json()["error"]["message"]
+    assert "slow" not in r.text
+
+
 @cases(STREAM_CASES)
 def test_stream_stalling_mid_body_times_out(
     stack: Stack, upstream: FakeUpstream, case: Case
@@ -738,6 +746,39 @@ def test_passthrough_path_is_forwarded(stack: Stack, upstream: FakeUpstream) -> 
     assert r.headers["x-upstream"] == "yes"
     [seen] = upstream.requests
     assert (seen.method, seen.path, seen.query) == ("GET", "/v1/models", "limit=5")
+
+
+def test_passthrough_strips_untrusted_and_hop_by_hop_headers(
+    stack: Stack, upstream: FakeUpstream
+) -> None:
+    sent = {
+        **SPOOF_HEADERS,
+        "connection": "keep-alive, x-hop-secret",
+        "x-hop-secret": "1",
+        "te": "trailers",
+        "proxy-authorization": "Basic cHJveHk6c2VjcmV0",
+        "x-kept": "yes",
+    }
+    r = httpx.get(
+        stack.gateway().url + "/v1/models", headers={**sent, **scenario(upstream, Json({}))}
+    )
+    assert r.status_code == 200, r.text
+    [seen] = upstream.requests
+    names = seen.header_names()
+    assert not any(n.startswith("x-citewarden-") for n in names), names
+    assert not names & {"x-hop-secret", "te", "proxy-authorization"}, names
+    assert seen.header("x-kept") == "yes"
+
+
+def test_passthrough_gzip_body_is_decoded(stack: Stack, upstream: FakeUpstream) -> None:
+    models = {"object": "list", "data": [{"id": "gz", "object": "model"}]}
+    r = httpx.get(
+        stack.gateway().url + "/v1/models", headers=scenario(upstream, Gzip(Json(models)))
+    )
+    assert r.status_code == 200, r.text
+    # The gateway holds decoded bytes, so it must not claim an encoding.
+    assert r.headers.get("content-encoding") is None
+    assert r.json() == models
 
 
 @cases(ALL_CASES)
