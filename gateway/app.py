@@ -16,10 +16,10 @@ from typing import Any
 from gateway import audit, retry
 from gateway.errors import BodyTooLarge, ProtocolError, UpstreamError
 from gateway.metrics import Metrics
-from gateway.pipeline import Judgement, Pipelines, RoutePipeline, dumps
+from gateway.pipeline import Judgement, KnownVerdicts, Pipelines, RoutePipeline, dumps
 from gateway.policy import PolicyStore
 from gateway.sse import SSEDecoder
-from gateway.stream import ProgressiveRelease
+from gateway.stream import ProgressiveRelease, StreamVerifier
 from gateway.types import Decision, Outcome, Report
 from gateway.upstream import Upstream, forward_request_headers, response_headers
 
@@ -281,17 +281,38 @@ class _Exchange:
         self._account(pipeline, "error", None, None)
 
     async def _call_upstream(
-        self, request_raw: bytes, headers: list[tuple[str, str]], stream: bool
-    ) -> tuple[int, list[tuple[str, str]], bytes]:
-        """Buffers one whole upstream answer (JSON or SSE), bounded in size."""
+        self,
+        pipeline: RoutePipeline,
+        request: dict[str, Any],
+        request_raw: bytes,
+        headers: list[tuple[str, str]],
+        stream: bool,
+    ) -> tuple[int, list[tuple[str, str]], bytes, StreamVerifier | None]:
+        """One whole upstream answer (JSON or SSE), bounded in size.
+
+        A 2xx stream is verified claim by claim while it arrives (a StreamVerifier is returned
+        with what it found), so little is left to check when it ends. Raises ProtocolError for
+        a stream that does not parse or a malformed context header.
+        """
         t0 = time.perf_counter()
         try:
             if not stream:
                 resp = await self.app.upstream.request("POST", self.path_qs, headers, request_raw)
-                return resp.status, resp.headers, resp.body
+                return resp.status, resp.headers, resp.body, None
             async with self.app.upstream.stream("POST", self.path_qs, headers, request_raw) as s:
-                parts = [chunk async for chunk in s.iter_bytes()]
-                return s.status, s.headers, b"".join(parts)
+                if not 200 <= s.status < 300:
+                    return s.status, s.headers, await s.read(), None
+                ctx = pipeline.context(request, None, dict(s.headers))
+                verifier = StreamVerifier(pipeline, ctx)
+                decoder = SSEDecoder()
+                parts: list[bytes] = []
+                async for chunk in s.iter_bytes():
+                    parts.append(chunk)
+                    for event in decoder.feed(chunk):
+                        verifier.feed(event)
+                for event in decoder.finish():
+                    verifier.feed(event)
+                return s.status, s.headers, b"".join(parts), verifier
         finally:
             self.upstream_seconds += time.perf_counter() - t0
 
@@ -333,21 +354,23 @@ class _Exchange:
             pipeline.policy.release.retry if pipeline.route.protocol != "rag-json" else 0
         )
         for attempt in range(attempts):
-            status, up_headers, body = await self._call_upstream(raw, headers, stream)
-            if not 200 <= status < 300:
-                await self._relay_error(pipeline, status, up_headers, body)
-                return
-            header_map = {k: v for k, v in up_headers}
             try:
-                if stream:
-                    answer = pipeline.parse_stream(body)
-                    parsed: dict[str, Any] | None = answer.body
+                status, up_headers, body, verifier = await self._call_upstream(
+                    pipeline, request, raw, headers, stream
+                )
+                if not 200 <= status < 300:
+                    await self._relay_error(pipeline, status, up_headers, body)
+                    return
+                known: KnownVerdicts | None = None
+                if verifier is not None:
+                    _, answer = verifier.finish()
+                    ctx, known = verifier.ctx, verifier.known
                 else:
                     parsed = json.loads(body)
                     if not isinstance(parsed, dict):
                         raise ProtocolError("upstream body is not a JSON object")
                     answer = pipeline.adapter.parse(parsed, pipeline.route)
-                ctx = pipeline.context(request, parsed, header_map)
+                    ctx = pipeline.context(request, parsed, dict(up_headers))
             except (ProtocolError, ValueError, UnicodeDecodeError) as e:
                 await self.respond(
                     502,
@@ -360,8 +383,8 @@ class _Exchange:
                 self._account(pipeline, "error", None, None)
                 return
             t0 = time.perf_counter()
-            judgement = pipeline.safe_judge(answer, ctx)
-            verify_seconds = time.perf_counter() - t0
+            judgement = pipeline.safe_judge(answer, ctx, known)
+            verify_seconds = time.perf_counter() - t0 + (verifier.seconds if verifier else 0.0)
             decision = judgement.outcome.decision
             if decision is Decision.RELEASED or attempt == attempts - 1:
                 break

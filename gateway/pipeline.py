@@ -6,6 +6,7 @@ so both decide exactly alike. Pure apart from the optional async checks.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -15,11 +16,22 @@ from typing import Any
 from gateway.context import build_context
 from gateway.policy import LoadedPolicy, Route
 from gateway.protocols import ADAPTERS
-from gateway.protocols.base import Adapter
+from gateway.protocols.base import Adapter, channel_key
 from gateway.release import decide
 from gateway.sse import SSEDecoder, encode
-from gateway.types import Answer, Claim, ContextSet, Decision, Outcome, Report
+from gateway.types import Answer, Claim, ClaimReport, ContextSet, Decision, Outcome, Report
 from gateway.verify import Verifier
+
+
+# The text channel a stream verifier segments while the stream arrives, per protocol.
+PRIMARY_CHANNEL = {
+    "openai-chat": channel_key(("choices", 0, "message", "content")),
+    "anthropic-messages": channel_key(("content",)),
+}
+
+# Verdicts reached while a stream arrived, by the claim's (start, end, text) in the primary
+# text channel.
+KnownVerdicts = Mapping[tuple[int, int, str], ClaimReport]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +61,7 @@ class RoutePipeline:
         self.route = route
         self.adapter: Adapter = ADAPTERS[route.protocol]
         self.verifier = Verifier(loaded.policy)
+        self.primary_key = PRIMARY_CHANNEL.get(route.protocol, "")
 
     def context(
         self,
@@ -66,18 +79,47 @@ class RoutePipeline:
             rag=self.route.rag,
         )
 
-    def judge(self, answer: Answer, ctx: ContextSet) -> Judgement:
+    def judge(
+        self, answer: Answer, ctx: ContextSet, known: KnownVerdicts | None = None
+    ) -> Judgement:
+        """Verify every claim of `answer` and decide.
+
+        `known` holds verdicts a stream verifier already reached for claims of the primary text
+        channel, keyed by (start, end, text); those claims are not checked twice.
+        """
         t0 = time.perf_counter()
         claims = self.verifier.claims(answer)
-        verdicts = self.verifier.verify_claims(claims, ctx)
+        if not known:
+            verdicts = self.verifier.verify_claims(claims, ctx)
+        else:
+            primary = self.primary_channel(answer)
+            reused: dict[int, ClaimReport] = {}
+            todo: list[Claim] = []
+            for c in claims:
+                hit = known.get((c.start, c.end, c.text)) if c.channel == primary else None
+                if hit is None:
+                    todo.append(c)
+                else:
+                    reused[c.index] = dataclasses.replace(hit, claim=c)
+            fresh = iter(self.verifier.verify_claims(todo, ctx))
+            verdicts = [reused.get(c.index) or next(fresh) for c in claims]
         report = Report(tuple(verdicts), ctx.fingerprint, time.perf_counter() - t0)
         return Judgement(claims, report, decide(report, self.policy.release))
 
-    def safe_judge(self, answer: Answer, ctx: ContextSet) -> Judgement:
+    def primary_channel(self, answer: Answer) -> int | None:
+        """The index of the channel a stream verifier segments as it arrives."""
+        for i, channel in enumerate(answer.channels):
+            if channel_key(channel.path) == self.primary_key:
+                return i
+        return None
+
+    def safe_judge(
+        self, answer: Answer, ctx: ContextSet, known: KnownVerdicts | None = None
+    ) -> Judgement:
         """`judge`, except that a crash anywhere in verification becomes an infrastructure
         failure decided by `on_infrastructure_failure` — it never releases."""
         try:
-            return self.judge(answer, ctx)
+            return self.judge(answer, ctx, known)
         except Exception:
             report = Report(claims=(), context_fingerprint=ctx.fingerprint)
             return Judgement([], report, self.infrastructure_outcome("verifier_crash"))

@@ -22,7 +22,7 @@ from gateway.pipeline import Judgement, RoutePipeline
 from gateway.protocols.base import channel_key
 from gateway.release import template_text
 from gateway.sse import SSEEvent, encode
-from gateway.types import Claim, ContextSet, Decision, Outcome
+from gateway.types import Answer, Claim, ClaimReport, ContextSet, Decision, Outcome
 
 Json = dict[str, Any]
 
@@ -205,6 +205,52 @@ def _native_json(native: Any) -> Json:
     return out
 
 
+class StreamVerifier:
+    """Parses a stream event by event and verifies each claim of the primary text channel as
+    soon as it is complete, so little is left to check when the stream ends.
+
+    Used by both streaming modes: progressive release acts on each verdict at once; buffer
+    mode hands `known` to `RoutePipeline.judge`, which then checks only what is left.
+    """
+
+    def __init__(self, pipeline: RoutePipeline, ctx: ContextSet) -> None:
+        self.pipeline = pipeline
+        self.ctx = ctx
+        self.parser = pipeline.adapter.stream_parser(pipeline.route)
+        self.segmenter = pipeline.verifier.segmenter()
+        self.primary = pipeline.primary_key
+        self.known: dict[tuple[int, int, str], ClaimReport] = {}
+        self.count = 0
+        self.seconds = 0.0
+
+    def feed(self, event: SSEEvent) -> tuple[str, list[ClaimReport]]:
+        """The primary text this event adds, and the claims it completed, verified."""
+        added: list[str] = []
+        reports: list[ClaimReport] = []
+        for key, delta in self.parser.feed(event):
+            if key == self.primary:
+                added.append(delta)
+                reports.extend(self._verify(seg) for seg in self.segmenter.feed(delta))
+        return "".join(added), reports
+
+    def finish(self) -> tuple[list[ClaimReport], Answer]:
+        """The last claims, verified, and the whole answer (ProtocolError if it is cut short)."""
+        reports = [self._verify(seg) for seg in self.segmenter.finish()]
+        return reports, self.parser.finish()
+
+    def _verify(self, seg: Segment) -> ClaimReport:
+        claim = Claim(self.count, 0, seg.text, seg.start, seg.end, seg.citations, seg.exempt)
+        self.count += 1
+        t0 = time.perf_counter()
+        try:
+            report = self.pipeline.verifier.verify_claims([claim], self.ctx)[0]
+        except Exception as e:  # a crashing verifier never passes a claim
+            report = ClaimReport(claim, "errored", error_kind="crash", detail=type(e).__name__)
+        self.seconds += time.perf_counter() - t0
+        self.known[(seg.start, seg.end, seg.text)] = report
+        return report
+
+
 class ProgressiveRelease:
     """One progressive stream's state. Not shared between requests."""
 
@@ -214,25 +260,25 @@ class ProgressiveRelease:
         self.pipeline = pipeline
         self.ctx = ctx
         self.request_id = request_id
-        self.parser = pipeline.adapter.stream_parser(pipeline.route)
+        self.verifier = StreamVerifier(pipeline, ctx)
         self.framer: _OpenAIFramer | _AnthropicFramer = (
             _AnthropicFramer(include_usage)
             if pipeline.route.protocol == "anthropic-messages"
             else _OpenAIFramer(include_usage)
         )
-        self.segmenter = pipeline.verifier.segmenter()
-        self.text: list[str] = []
-        self.length = 0
         self.buffer = ""  # primary text not yet released, from `released` on
         self.released = 0  # offset in the primary text up to which it has been decided
-        self.claim_count = 0
         self.stripped = False
         self.closed = False
         self.judgement: Judgement | None = None
         self.decision = "error"
         self.served = False
-        self.verify_seconds = 0.0
+        self.judge_seconds = 0.0
         self.usage: Mapping[str, int] = {}
+
+    @property
+    def verify_seconds(self) -> float:
+        return self.verifier.seconds + self.judge_seconds
 
     # -- input -------------------------------------------------------------------------------
 
@@ -243,12 +289,11 @@ class ProgressiveRelease:
         try:
             for event in events:
                 self.framer.observe(event)
-                for key, delta in self.parser.feed(event):
-                    if key == self.framer.primary:
-                        self.buffer += delta
-                        out.extend(self._decide(seg) for seg in self.segmenter.feed(delta))
-                        if self.closed:
-                            return b"".join(out)
+                added, reports = self.verifier.feed(event)
+                self.buffer += added
+                out.extend(self._decide(r) for r in reports)
+                if self.closed:
+                    return b"".join(out)
         except ProtocolError as e:
             out.append(self.abort(f"invalid upstream stream: {e}"))
         return b"".join(out)
@@ -258,18 +303,18 @@ class ProgressiveRelease:
             return b""
         out: list[bytes] = []
         try:
-            out.extend(self._decide(seg) for seg in self.segmenter.finish())
-            if self.closed:
-                return b"".join(out)
-            answer = self.parser.finish()
-            # What is left is no claim (trailing whitespace, a heading, a code fence): it needs
-            # no citation, but goes out only if the whole answer is released below.
-            rest, self.buffer = self.buffer, ""
+            reports, answer = self.verifier.finish()
         except ProtocolError as e:
-            return b"".join(out) + self.abort(f"upstream stream ended early: {e}")
+            return self.abort(f"upstream stream ended early: {e}")
+        out.extend(self._decide(r) for r in reports)
+        if self.closed:
+            return b"".join(out)
+        # What is left is no claim (trailing whitespace, a heading, a code fence): it needs
+        # no citation, but goes out only if the whole answer is released below.
+        rest, self.buffer = self.buffer, ""
         t0 = time.perf_counter()
-        judgement = self.pipeline.safe_judge(answer, self.ctx)
-        self.verify_seconds += time.perf_counter() - t0
+        judgement = self.pipeline.safe_judge(answer, self.ctx, self.verifier.known)
+        self.judge_seconds += time.perf_counter() - t0
         self.judgement = judgement
         self.usage = answer.usage
         outcome = judgement.outcome
@@ -308,22 +353,13 @@ class ProgressiveRelease:
 
     # -- claims ------------------------------------------------------------------------------
 
-    def _decide(self, seg: Segment) -> bytes:
+    def _decide(self, verdict: ClaimReport) -> bytes:
         if self.closed:
             return b""
-        claim = Claim(self.claim_count, 0, seg.text, seg.start, seg.end, seg.citations, seg.exempt)
-        self.claim_count += 1
-        t0 = time.perf_counter()
-        try:
-            verdict = self.pipeline.verifier.verify_claims([claim], self.ctx)[0]
-        except Exception:
-            self.verify_seconds += time.perf_counter() - t0
-            return self._fail(self.pipeline.infrastructure_outcome("verifier_crash"))
-        self.verify_seconds += time.perf_counter() - t0
-        offset = self.released
-        gap_and_claim = self.buffer[: seg.end - offset]
-        self.buffer = self.buffer[seg.end - offset :]
-        self.released = seg.end
+        claim = verdict.claim
+        gap_and_claim = self.buffer[: claim.end - self.released]
+        self.buffer = self.buffer[claim.end - self.released :]
+        self.released = claim.end
         match verdict.verdict:
             case "verified" | "exempt":
                 return self.framer.text(gap_and_claim, [claim])
@@ -331,13 +367,11 @@ class ProgressiveRelease:
                 self.stripped = True
                 return b""
             case "failed":
-                return self._fail(
-                    Outcome(Decision.BLOCKED, reason=verdict.reason, claim_index=claim.index)
-                )
+                outcome = Outcome(Decision.BLOCKED, reason=verdict.reason, claim_index=claim.index)
+                return self._fail(outcome)
             case "errored":
-                return self._fail(
-                    self.pipeline.infrastructure_outcome(verdict.error_kind or "error")
-                )
+                kind = verdict.error_kind or "error"
+                return self._fail(self.pipeline.infrastructure_outcome(kind))
             case _:
                 raise AssertionError(f"unhandled verdict {verdict.verdict!r}")
 
