@@ -335,8 +335,8 @@ class Metrics:
     # -- policy lifecycle -------------------------------------------------------------------
 
     def policy_reloaded(self, outcome: str) -> None:
-        """A reload attempt: "success", "failure" (invalid; last good policy kept) or
-        "unchanged"."""
+        """A reload attempt: "success", or "error" (invalid; the last good policy is kept), as
+        PolicyStore.poll reports it. Alerts and the dashboard select on these values."""
         self.policy_reloads.labels(outcome).inc()
 
     def set_policies(self, policies: Iterable[tuple[str, str]]) -> None:
