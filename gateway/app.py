@@ -180,6 +180,7 @@ class _Exchange:
             await self.respond(
                 403, _gateway_error("forbidden", "citewarden: WebSocket upgrades are refused")
             )
+            self._account_unverified("refused", "websocket")
             return
         policies = self.app.store.current
         method: str = self.scope["method"]
@@ -188,11 +189,13 @@ class _Exchange:
             if policies.is_passthrough(self.path):
                 self.route_label = "passthrough"
                 await self._passthrough(method)
+                self._account_unverified("passthrough")
             else:
                 await self.respond(
                     404,
                     _gateway_error("not_found", f"citewarden: no route for {method} {self.path}"),
                 )
+                self._account_unverified("refused", "no_route")
             return
         loaded, route = matched
         self.route_label = route.name
@@ -265,20 +268,34 @@ class _Exchange:
         except UpstreamError as e:
             await self._upstream_failure(pipeline, e)
 
+    async def _error(
+        self,
+        pipeline: RoutePipeline,
+        status: int,
+        reason: str,
+        message: str | None = None,
+        *,
+        body: bytes | None = None,
+        extra: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        """An answer that is no verified answer (bad request, upstream failure): the protocol's
+        error envelope (or the upstream's own `body`), decision `error`, audited with `reason`."""
+        if body is None:
+            envelope = pipeline.adapter.error_envelope(status, f"citewarden: {message}", reason)
+            body = dumps(envelope)
+        await self.respond(status, body, extra=extra, decision="error")
+        self._account(pipeline, "error", None, None, reason=reason)
+
     async def _client_error(
         self, pipeline: RoutePipeline, status: int, message: str, kind: str
     ) -> None:
-        body = pipeline.adapter.error_envelope(status, f"citewarden: {message}", kind)
-        await self.respond(status, dumps(body))
-        self._account(pipeline, "error", None, None)
+        await self._error(pipeline, status, kind, message)
 
     async def _upstream_failure(self, pipeline: RoutePipeline, e: UpstreamError) -> None:
         if self.status != 0:
             return  # progressive stream: the error event was already sent by the streamer
-        kind = "timeout" if e.status == 504 else "upstream_error"
-        body = pipeline.adapter.error_envelope(e.status, f"citewarden: upstream failed: {e}", kind)
-        await self.respond(e.status, dumps(body))
-        self._account(pipeline, "error", None, None)
+        kind = "upstream_timeout" if e.status == 504 else "upstream_error"
+        await self._error(pipeline, e.status, kind, f"upstream failed: {e}")
 
     async def _call_upstream(
         self,
@@ -330,16 +347,15 @@ class _Exchange:
             parsed = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             parsed = None
-        if pipeline.is_error_envelope(parsed):
-            out = body
-        else:
-            out = dumps(
-                pipeline.adapter.error_envelope(
-                    status, f"citewarden: upstream answered {status}", "upstream_error"
-                )
-            )
-        await self.respond(status, out, extra=extra)
-        self._account(pipeline, "error", None, None)
+        relayed = body if pipeline.is_error_envelope(parsed) else None
+        await self._error(
+            pipeline,
+            status,
+            f"upstream_{status}",
+            f"upstream answered {status}",
+            body=relayed,
+            extra=extra,
+        )
 
     async def _buffered(
         self,
@@ -372,15 +388,9 @@ class _Exchange:
                     answer = pipeline.adapter.parse(parsed, pipeline.route)
                     ctx = pipeline.context(request, parsed, dict(up_headers))
             except (ProtocolError, ValueError, UnicodeDecodeError) as e:
-                await self.respond(
-                    502,
-                    dumps(
-                        pipeline.adapter.error_envelope(
-                            502, f"citewarden: unusable upstream answer: {e}", "bad_gateway"
-                        )
-                    ),
+                await self._error(
+                    pipeline, 502, "bad_upstream_answer", f"unusable upstream answer: {e}"
                 )
-                self._account(pipeline, "error", None, None)
                 return
             t0 = time.perf_counter()
             judgement = pipeline.safe_judge(answer, ctx, known)
@@ -453,11 +463,7 @@ class _Exchange:
             try:
                 ctx = pipeline.context(request, None, dict(s.headers))
             except ProtocolError as e:
-                await self.respond(
-                    502,
-                    dumps(pipeline.adapter.error_envelope(502, f"citewarden: {e}", "bad_gateway")),
-                )
-                self._account(pipeline, "error", None, None)
+                await self._error(pipeline, 502, "bad_upstream_answer", str(e))
                 return
             release = ProgressiveRelease(pipeline, ctx, self.request_id, include_usage)
             await self.start(200, SSE, decision="progressive")
@@ -479,6 +485,23 @@ class _Exchange:
 
     # -- accounting --------------------------------------------------------------------------
 
+    def _account_unverified(self, decision: str, reason: str | None = None) -> None:
+        """Passthrough and refused requests: counted and audited, never verified."""
+        total = time.perf_counter() - self.started
+        first = None if self.first_byte is None else self.first_byte - self.started
+        self.app.metrics.observe_request(self.route_label, decision, False, total, first)
+        if self.upstream_seconds:
+            self.app.metrics.observe_upstream(self.route_label, self.upstream_seconds)
+        audit.audit_event(
+            request_id=self.request_id,
+            route=self.route_label,
+            policy=self.policy_label or "-",
+            status=self.status,
+            decision=decision,
+            reason=reason,
+            total_ms=round(total * 1000, 3),
+        )
+
     def _account(
         self,
         pipeline: RoutePipeline,
@@ -486,6 +509,7 @@ class _Exchange:
         judgement: Judgement | None,
         verify_seconds: float | None,
         shadow: bool = False,
+        reason: str | None = None,
     ) -> None:
         now = time.perf_counter()
         total = now - self.started
@@ -511,6 +535,7 @@ class _Exchange:
             report=report,
             outcome=outcome,
             decision=Decision.RELEASED.value if shadow else decision,
+            reason=reason,
             streaming=self.streaming,
             mode="shadow" if shadow else pipeline.policy.mode,
             upstream_ms=round(self.upstream_seconds * 1000, 3),

@@ -86,6 +86,7 @@ def _upstream() -> FakeUpstream:
     up.on("html", Html(500, "<html><body>Internal Server Error</body></html>"))
     up.on("slow", Slow(5.0, Json(openai_body(GOOD))))
     up.on("claude-draft", Json(anthropic_body(MIXED)))
+    up.default = Json({"object": "list", "data": [{"id": "m", "object": "model"}]})
     return up
 
 
@@ -354,6 +355,30 @@ def test_labels_stay_bounded_for_unrouted_paths_and_tenants(block: Gateway) -> N
     assert routes <= {"chat", "messages", "kb", "passthrough", "unrouted", "other"}
 
 
+def test_passthrough_and_refused_requests_are_counted_and_audited(block: Gateway) -> None:
+    before = scrape(block)
+    with capture_logs() as logs:
+        passed = httpx.get(f"{block.url}/v1/models", headers=AUTH, timeout=5)
+        refused = httpx.get(f"{block.url}/v1/embeddings", headers=AUTH, timeout=5)
+        upgrade = httpx.get(
+            f"{block.url}/v1/models",
+            headers={"upgrade": "websocket", "connection": "upgrade", **AUTH},
+            timeout=5,
+        )
+        assert (passed.status_code, refused.status_code, upgrade.status_code) == (200, 404, 403)
+        ids = [r.headers["x-request-id"] for r in (passed, refused, upgrade)]
+        wait_for_audits(logs, ids)
+    after = scrape_after(block, before, 1, route="passthrough")
+    assert delta(before, after, "citewarden_requests_total", route="passthrough",
+                 decision="passthrough") == 1
+    eventually(lambda: delta(before, scrape(block), "citewarden_requests_total",
+                             route="unrouted", decision="refused") == 2)
+    decisions = [audits(logs, rid)[0]["decision"] for rid in ids]
+    assert decisions == ["passthrough", "refused", "refused"]
+    assert [audits(logs, rid)[0]["reason"] for rid in ids[1:]] == ["no_route", "websocket"]
+    assert "sk-secret" not in json.dumps(list(logs), default=str)
+
+
 # --------------------------------------------------------------------------------------------
 # Audit events
 # --------------------------------------------------------------------------------------------
@@ -437,7 +462,8 @@ def test_production_json_log_lines_hold_no_draft_or_credential(block: Gateway) -
     try:
         blocked = chat(block, "mixed")
         rid = blocked.headers["x-request-id"]
-        eventually(lambda: rid in sink.getvalue())
+        # The request id also shows in httpx's debug records: wait for the audit line itself.
+        eventually(lambda: f'"request_id": "{rid}"' in sink.getvalue())
     finally:
         audit.reset_logging()
     lines = [json.loads(line) for line in sink.getvalue().splitlines() if line.strip()]
