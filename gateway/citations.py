@@ -32,7 +32,7 @@ import re
 from gateway import policy
 from gateway.types import Citation
 
-__all__ = ["CitationParser", "Marker", "forbidden_char"]
+__all__ = ["BRACKET", "CitationParser", "Marker", "forbidden_char"]
 
 # A marker as found in text: its span and the citations it carries (one per id).
 Marker = tuple[int, int, tuple[Citation, ...]]
@@ -40,7 +40,8 @@ Marker = tuple[int, int, tuple[Citation, ...]]
 _ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff\u00ad\u180e")
 _BIDI = frozenset("\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
-_BRACKET = re.compile(r"!?\[([^\[\]\n]*)\](\()?")
+# A bracket group, with the `(` that makes it a markdown link; a `!` before it makes an image.
+BRACKET = re.compile(r"!?\[([^\[\]\n]*)\](\()?")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 # A colon touching non-space on both sides, or at the edge of the group / of a part.
 _COLON_SHAPE = re.compile(r"(?:^|,)\s*:|:\s*(?:,|$)|\S:\S")
@@ -149,15 +150,16 @@ class CitationParser:
         if self._regex is not None:
             return self._find_regex(text, start, stop, base)
         out: list[Marker] = []
-        for m in _BRACKET.finditer(text, start, stop):
+        for m in BRACKET.finditer(text, start, stop):
             if m.group(2) is not None or m.group().startswith("!"):
                 continue  # markdown link or image
-            cits = self._bracket(m.group(1), m.start(1) + base)
+            cits = self.bracket(m.group(1), m.start(1) + base)
             if cits:
                 out.append((m.start() + base, m.end() + base, cits))
         return out
 
-    def _bracket(self, body: str, offset: int) -> tuple[Citation, ...]:
+    def bracket(self, body: str, offset: int) -> tuple[Citation, ...]:
+        """The citations of one bracket group's body at `offset` (none when it is prose)."""
         fmt = self._format
         if fmt == "doc-chunk":
             shaped = ":" in body and not _URL.match(body) and (

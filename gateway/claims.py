@@ -1,8 +1,8 @@
 """Claim segmentation: split answer text into sentences and list items, incrementally.
 
 `ClaimSegmenter` is sans-io (`feed(delta) -> segments`, `finish() -> segments`) and linear in
-input size: it decides at line granularity, each line is scanned once, and only the text of the
-claim still open is held.
+input size: one cursor walks the text once, and only a bounded window is held (the word being
+written, an unfinished marker or terminator, and the open claim's text).
 
 Rules:
 
@@ -15,10 +15,18 @@ Rules:
   ``.`` is an abbreviation (``e.g.``, ``Dr.``, ``Sec.``), an initial (``J.``) or dotted initials
   (``U.S.``). A ``.`` not followed by whitespace (``3.1``, ``v2.1.3``) never ends one.
 * Citation markers after the terminator (``Foo is 3. [a:1]``), up to the next non-space,
-  non-citation text, belong to the sentence; so in a stream a claim is final only once that
-  text begins, or at `finish()`.
+  non-citation text, belong to the sentence.
 * A segment without a letter or digit outside its citation markers (``---``, a lone ``[a:1]``)
   is not a claim. A claim matching a policy exempt pattern (searched in its text) is exempt.
+
+When a claim is emitted: as soon as its end is certain, which never depends on how the text
+was split. Inside a line that is the first character of the next sentence that is neither
+whitespace nor the start of a citation marker (so ``Foo. [a:1] Bar`` waits for ``B``, and a
+terminator at the end of the text seen so far waits for the character after it). A line's kind
+(text, list item, heading, rule, fence, blank) is known once it holds a character that none
+of those markers uses — a letter, say — or once it ends; until then it is not walked. With the
+``regex`` citation format a user pattern's matches cannot be bounded, so lines are decided
+whole.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gateway.citations import CitationParser, Marker
+from gateway.citations import BRACKET, CitationParser, Marker
 from gateway.types import Citation
 
 __all__ = ["ClaimSegmenter", "Segment", "segment"]
@@ -50,10 +58,21 @@ _LIST = re.compile(r"[ \t]*(?:[-*+]|\d{1,9}[.)])(?:[ \t]+|$)")
 _BLANK = re.compile(r"[ \t\r\f\v]*$")
 _RULE = re.compile(r"[ ]{0,3}(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,}|=+[ \t]*)$")
 _TERMINATOR = re.compile(r"(?:[.!?]+|…)[\"'”’)»*_]*(?=\s|$)")
+_TERMINATOR_CHARS = frozenset(".!?…\"'”’)»*_")
 _NONSPACE = re.compile(r"\S")
 _WORD = re.compile(r"[^\W_]")
 _DOTTED_INITIALS = re.compile(r"^(?:[A-Za-z]\.)+[A-Za-z]$|^[A-Z]$")
 _LEADING_PUNCT = "(\"'“‘[*_"
+# A character that none of the line-start patterns above can consume: once a partial line
+# holds one, its kind is the same whatever follows.
+_DECIDER = re.compile(r"[^\s\d#`~*+_=.)\-]")
+
+# What new text can let a sleeping segmenter decide more (anything, when no pattern is set).
+_WAKE_LINE = re.compile(r"\n")
+_WAKE_KIND = re.compile(r"[^\s\d#`~*+_=.)\-]|\n")
+_WAKE_RUN = re.compile(r"[\s\[\]]")  # a terminator needs whitespace after it; a marker its ]
+_WAKE_BRACKET = re.compile(r"[\[\]\n]")
+_BRACKET_CHARS = re.compile(r"[\[\]]")
 
 # Lowercased words that a single "." after them does not end a sentence.
 _ABBREVIATIONS_WORDS = """
@@ -65,116 +84,296 @@ _ABBREVIATIONS_WORDS = """
 ABBREVIATIONS = frozenset(_ABBREVIATIONS_WORDS.split())
 
 _IN, _AFTER = 0, 1  # open-claim states: inside the sentence / after its terminator
+_UNDECIDED, _TEXT, _SKIP, _CODE = 0, 1, 2, 3  # kinds of the current line
 
 
 class ClaimSegmenter:
     """Incremental claim segmentation of one channel's text (offsets from its first byte)."""
 
     __slots__ = (
-        "_base",
+        "_bb",
+        "_buf",
         "_cits",
         "_end",
         "_exempt",
         "_fence",
-        "_held",
-        "_line_start",
+        "_kind",
+        "_ls",
+        "_marker",
+        "_mscan",
+        "_mwait",
+        "_nl",
         "_parser",
+        "_parts",
+        "_pend",
+        "_pos",
+        "_regex",
+        "_rlast",
+        "_run",
         "_start",
         "_state",
-        "_tail",
+        "_tscan",
+        "_wake",
     )
 
     def __init__(self, parser: CitationParser, exempt: Sequence[str | re.Pattern[str]] = ()):
         self._parser = parser
+        self._regex = parser.format == "regex"
         self._exempt = [re.compile(p) if isinstance(p, str) else p for p in exempt]
-        self._tail: list[str] = []  # pieces of the incomplete current line
-        self._line_start = 0  # absolute offset of the current line
-        self._held = ""  # complete lines from `_base` that hold the open claim
-        self._base = 0
+        self._buf = ""  # text from absolute offset `_bb` on that may still be read
+        self._bb = 0
+        self._pend: list[str] = []  # received but not yet appended to `_buf`
+        self._wake: re.Pattern[str] | None = None  # asleep until new text matches this
+        self._ls = 0  # start of the current line
+        self._nl = 0  # the current line's newline is searched from here
+        self._kind = _UNDECIDED
         self._fence: str | None = None  # the opening fence while inside a code block
-        self._start = -1  # open claim start, -1 when none
-        self._end = -1  # open claim end (exclusive), trailing markers included
+        # The walk over a text line: the cursor, the plain-text run it is in (-1 between
+        # runs), where the next terminator and the next citation marker are searched from,
+        # that marker once known, and what could decide a marker that is not yet certain.
+        self._pos = 0
+        self._run = -1
+        self._rlast = -1  # end of the run's last non-space character already dropped
+        self._tscan = 0
+        self._mscan = 0
+        self._marker: Marker | None = None
+        self._mwait: re.Pattern[str] | None = None
+        # The open claim: start (-1 when none), end (trailing markers included), citations,
+        # state, and its text before `_bb`.
+        self._start = -1
+        self._end = -1
         self._cits: list[Citation] = []
         self._state = _IN
+        self._parts: list[str] = []
 
     def feed(self, delta: str) -> list[Segment]:
         """Take more text; return the claims whose end is now certain."""
         out: list[Segment] = []
-        nl = delta.find("\n")
-        if nl < 0:
-            if delta:
-                self._tail.append(delta)
-            return out
-        pos = 0
-        while nl >= 0:
-            self._tail.append(delta[pos : nl + 1])
-            self._line("".join(self._tail), out)
-            self._tail.clear()
-            pos = nl + 1
-            nl = delta.find("\n", pos)
-        if pos < len(delta):
-            self._tail.append(delta[pos:])
+        if delta:
+            self._pend.append(delta)
+            if self._wake is None or self._wake.search(delta) is not None:
+                self._advance(False, out)
         return out
 
     def finish(self) -> list[Segment]:
         """End of text: return every remaining claim."""
         out: list[Segment] = []
-        if self._tail:
-            self._line("".join(self._tail), out)
-            self._tail.clear()
+        self._advance(True, out)
         self._close(out)
         return out
 
-    # -- one complete line -------------------------------------------------------------------
+    # -- lines -------------------------------------------------------------------------------
 
-    def _line(self, line: str, out: list[Segment]) -> None:
-        off = self._line_start
-        self._line_start = off + len(line)
-        if self._start >= 0:
-            self._held += line
-        else:
-            self._held, self._base = line, off
-        self._scan(line, off, out)
-        if self._start < 0:
-            self._held, self._base = "", self._line_start
-        elif self._start > self._base:
-            self._held = self._held[self._start - self._base :]
-            self._base = self._start
+    def _advance(self, final: bool, out: list[Segment]) -> None:
+        pend = self._pend
+        new = pend[0] if len(pend) == 1 else "".join(pend)
+        pend.clear()
+        buf = self._buf = self._buf + new if self._buf else new
+        bb = self._bb
+        total = bb + len(buf)
+        while True:
+            nl = buf.find("\n", self._nl - bb)
+            end = nl + bb if nl >= 0 else total
+            self._nl = end
+            self._line(end, nl >= 0 or final, out)
+            if nl < 0:
+                break
+            self._ls = self._nl = end + 1
+            self._kind = _UNDECIDED
+        self._trim()
 
-    def _scan(self, line: str, off: int, out: list[Segment]) -> None:
-        body = line.rstrip("\n").rstrip("\r")
-        if self._fence is not None:
-            m = _FENCE.match(body)
+    def _line(self, end: int, complete: bool, out: list[Segment]) -> None:
+        """Walk the current line as far as the text up to `end` decides it."""
+        self._wake = None
+        if complete:  # the line's body ends before "\r\n"
+            buf, lo = self._buf, max(self._ls, self._bb) - self._bb
+            e = end - self._bb
+            while e > lo and buf[e - 1] == "\r":
+                e -= 1
+            end = e + self._bb
+        if self._kind == _UNDECIDED:
+            if self._fence is not None:
+                self._kind = _CODE
+            elif complete or _DECIDER.search(self._buf, self._ls - self._bb, end - self._bb):
+                self._classify(end, out)
+            else:
+                self._wake = _WAKE_KIND
+                return
+        kind = self._kind
+        if kind == _TEXT:
+            if not self._regex:
+                self._walk(end, complete, out)
+            elif complete:
+                self._walk_line(end, out)
+            else:
+                self._wake = _WAKE_LINE
+        elif not complete:
+            self._wake = _WAKE_LINE
+        elif kind == _CODE:
+            buf, s, e = self._buf, self._ls - self._bb, end - self._bb
+            m = _FENCE.match(buf, s, e)
+            fence = self._fence
             if (
                 m
-                and m.group(1)[0] == self._fence[0]
-                and len(m.group(1)) >= len(self._fence)
-                and _BLANK.match(body, m.end())
+                and fence is not None
+                and m.group(1)[0] == fence[0]
+                and len(m.group(1)) >= len(fence)
+                and _BLANK.match(buf, m.end(), e)
             ):
                 self._fence = None
-            return
-        if _BLANK.match(body):
+
+    def _classify(self, end: int, out: list[Segment]) -> None:
+        buf, s, e = self._buf, self._ls - self._bb, end - self._bb
+        self._kind = _SKIP
+        if _BLANK.match(buf, s, e):
             self._close(out)
             return
-        m = _FENCE.match(body)
+        m = _FENCE.match(buf, s, e)
         if m:
             self._close(out)
             self._fence = m.group(1)
             return
-        if _HEADING.match(body) or _RULE.match(body):
+        if _HEADING.match(buf, s, e) or _RULE.match(buf, s, e):
             self._close(out)
             return
-        pos = 0
-        m = _LIST.match(body)
+        pos = self._ls
+        m = _LIST.match(buf, s, e)
         if m:
             self._close(out)
-            pos = m.end()
-        self._sentences(body, pos, off, out)
+            pos = m.end() + self._bb
+        self._kind = _TEXT
+        self._pos = self._tscan = self._mscan = pos
+        self._run = -1
+        self._marker = self._mwait = None
 
-    def _sentences(self, body: str, pos: int, off: int, out: list[Segment]) -> None:
-        """Walk markers, terminators and words of one line from `pos` (line-relative)."""
+    # -- the walk over a text line -----------------------------------------------------------
+
+    def _walk(self, end: int, complete: bool, out: list[Segment]) -> None:
+        """Markers, terminators and plain-text runs from the cursor, while they are certain."""
+        buf, bb = self._buf, self._bb
+        pos = self._pos
+        while True:
+            run = self._run
+            if run < 0:
+                m = _NONSPACE.search(buf, pos - bb, end - bb)
+                if m is None:
+                    pos = end
+                    break
+                p = m.start() + bb
+                lim = self._scan_markers(end, complete)
+                if lim == p:
+                    marker = self._marker
+                    if marker is None:  # a marker may start here; more text will tell
+                        pos = p
+                        self._wake = self._mwait
+                        break
+                    ms, me, cits = marker
+                    if self._start < 0:
+                        self._start = ms
+                    self._cits.extend(cits)
+                    self._end = pos = self._mscan = me
+                    self._marker = None
+                    continue
+                # Plain text: it starts the next sentence unless it continues this one.
+                if self._state == _AFTER:
+                    if buf[p - bb].islower():
+                        self._state = _IN
+                    else:
+                        self._close(out)
+                if self._start < 0:
+                    self._start = p
+                self._run = run = pos = p
+                if self._tscan < p:
+                    self._tscan = p
+            # In a run: it ends at the first terminator or citation marker.
+            lim = self._scan_markers(end, complete)
+            t = _TERMINATOR.search(buf, self._tscan - bb, end - bb)
+            if t is not None and t.start() + bb < lim:
+                ts, te = t.start() + bb, t.end() + bb
+                if te == end and not complete:  # it may grow, or not be followed by space
+                    self._tscan = ts
+                    break
+                self._end = pos = self._tscan = te
+                if not _abbreviation(buf, max(run - bb, 0), t):
+                    self._state = _AFTER
+                self._run = -1
+                continue
+            if t is not None:
+                self._tscan = t.start() + bb
+            if self._marker is not None or complete:
+                self._end = self._trim_back(lim, run)
+                self._run = -1
+                pos = lim
+                if lim == end:
+                    break
+                continue
+            if t is None:
+                # No terminator yet: only a run of terminator characters at the end can
+                # still become one.
+                j = end - bb
+                lo = self._tscan - bb
+                while j > lo and buf[j - 1] in _TERMINATOR_CHARS:
+                    j -= 1
+                self._tscan = j + bb
+            self._wake = self._mwait or _WAKE_RUN
+            break
+        self._pos = pos
+
+    def _scan_markers(self, end: int, complete: bool) -> int:
+        """Advance the citation-marker scan; return the offset before which none starts.
+
+        At that offset is `_marker` when it is known; otherwise, if it is short of `end`, a
+        bracket that more text will decide starts there (`_mwait` says what text)."""
+        if self._marker is not None:
+            return self._marker[0]
+        self._mwait = None
+        buf, bb = self._buf, self._bb
+        i, e = self._mscan - bb, end - bb
+        while True:
+            k = buf.find("[", i, e)
+            if k < 0:
+                self._mscan = end
+                return end
+            st = k - 1 if k > 0 and buf[k - 1] == "!" else k
+            b = BRACKET.match(buf, st, e)
+            if b is None:
+                if not complete and _BRACKET_CHARS.search(buf, k + 1, e) is None:
+                    self._mwait = _WAKE_BRACKET  # still open: a "]" may close it
+                    self._mscan = st + bb
+                    return st + bb
+                i = k + 1
+                continue
+            if b.end() == e and b.group(2) is None and not complete:
+                self._mwait = _WAKE_ANY  # a "(" next would make it a link
+                self._mscan = st + bb
+                return st + bb
+            i = b.end()
+            if b.group(2) is not None or st != k:
+                continue  # markdown link or image
+            cits = self._parser.bracket(b.group(1), b.start(1) + bb)
+            if cits:
+                self._marker = (k + bb, i + bb, cits)
+                self._mscan = k + bb
+                return k + bb
+
+    def _trim_back(self, stop: int, run: int) -> int:
+        """`stop` moved back over whitespace, not past the run's start."""
+        buf, bb = self._buf, self._bb
+        lo = max(run, bb) - bb
+        j = stop - bb
+        while j > lo and buf[j - 1].isspace():
+            j -= 1
+        if j == lo and bb > run:
+            return self._rlast
+        return j + bb
+
+    def _walk_line(self, end: int, out: list[Segment]) -> None:
+        """A whole line at once, with markers found up front (the regex citation format)."""
+        off = self._ls
+        body = self._buf[off - self._bb : end - self._bb]
+        pos = self._pos - off
         n = len(body)
-        markers: list[Marker] = self._parser.markers(body, pos, n)
+        markers: list[Marker] = self._parser.markers(body, pos, n, base=off)
         mi = 0
         terms = _TERMINATOR.finditer(body, pos)
         term = next(terms, None)
@@ -183,16 +382,15 @@ class ClaimSegmenter:
             if ws is None:
                 return
             pos = ws.start()
-            if mi < len(markers) and markers[mi][0] == pos:
+            if mi < len(markers) and markers[mi][0] == pos + off:
                 ms, me, cits = markers[mi]
                 mi += 1
                 if self._start < 0:
-                    self._start = ms + off
-                self._cits.extend(_shift(cits, off))
-                self._end = me + off
-                pos = me
+                    self._start = ms
+                self._cits.extend(cits)
+                self._end = me
+                pos = me - off
                 continue
-            # Plain text: runs to the next marker or whitespace-followed terminator.
             while term is not None and term.start() < pos:
                 term = next(terms, None)
             if self._state == _AFTER:
@@ -202,52 +400,87 @@ class ClaimSegmenter:
                     self._close(out)
             if self._start < 0:
                 self._start = pos + off
-            stop = markers[mi][0] if mi < len(markers) else n
+            stop = markers[mi][0] - off if mi < len(markers) else n
             if term is not None and term.start() < stop:
                 self._end = term.end() + off
-                if not self._abbreviation(body, pos, term):
+                if not _abbreviation(body, pos, term):
                     self._state = _AFTER
                 pos = term.end()
                 term = next(terms, None)
-                # Text after the terminator but still inside it (e.g. "?!") is skipped above.
                 continue
-            # No terminator before the next marker: the text up to it is all sentence.
-            seg_end = stop
-            j = seg_end
+            j = stop
             while j > pos and body[j - 1].isspace():
                 j -= 1
             self._end = j + off
             pos = stop
 
-    @staticmethod
-    def _abbreviation(body: str, pos: int, term: re.Match[str]) -> bool:
-        if term.group() != ".":
-            return False
-        ts = term.start()
-        ws = body.rfind(" ", pos, ts)
-        tab = body.rfind("\t", pos, ts)
-        word = body[max(ws, tab, pos - 1) + 1 : ts].lstrip(_LEADING_PUNCT)
-        return word.lower() in ABBREVIATIONS or bool(_DOTTED_INITIALS.match(word))
+    # -- the window and the open claim -------------------------------------------------------
+
+    def _trim(self) -> None:
+        """Drop text no decision will read again; keep the open claim's part of it."""
+        buf, bb = self._buf, self._bb
+        run = self._run
+        if self._kind != _TEXT or self._regex:
+            keep = self._ls
+        elif run < 0:
+            keep = self._pos
+        else:
+            bound = self._tscan
+            if self._marker is None and self._mwait is not None:
+                bound = min(bound, self._mscan)
+            lo = max(run, bb) - bb
+            k = max(buf.rfind(" ", lo, bound - bb), buf.rfind("\t", lo, bound - bb))
+            # Cut only after a space or tab inside the run: the word before a terminator
+            # (for abbreviations) then reads the same.
+            keep = k + 1 + bb if k >= 0 else lo + bb
+        if keep <= bb:
+            return
+        # Nothing before `keep` is searched again.
+        self._mscan = max(self._mscan, keep)
+        self._tscan = max(self._tscan, keep)
+        cut = keep - bb
+        start = self._start
+        if 0 <= start < keep:
+            self._parts.append(buf[max(start - bb, 0) : cut])
+        if 0 <= run < keep:
+            lo = max(run - bb, 0)
+            r = len(buf[lo:cut].rstrip())
+            if r:
+                self._rlast = lo + r + bb
+        self._buf = buf[cut:]
+        self._bb = keep
 
     def _close(self, out: list[Segment]) -> None:
-        if self._start >= 0:
-            text = self._held[self._start - self._base : self._end - self._base]
+        start = self._start
+        if start >= 0:
+            end, bb = self._end, self._bb
+            if self._parts:
+                head = "".join(self._parts)
+                text = head[: end - start] if end <= bb else head + self._buf[: end - bb]
+                self._parts = []
+            else:
+                text = self._buf[start - bb : end - bb]
             cits = tuple(self._cits)
-            if _has_words(text, self._start, cits):
+            if _has_words(text, start, cits):
                 exempt = any(p.search(text) for p in self._exempt)
-                out.append(Segment(self._start, self._end, text, cits, exempt))
-        self._start = self._end = -1
-        self._cits = []
+                out.append(Segment(start, end, text, cits, exempt))
+            self._start = self._end = -1
+            self._cits = []
         self._state = _IN
 
 
-def _shift(cits: tuple[Citation, ...], off: int) -> list[Citation]:
-    if off == 0:
-        return list(cits)
-    return [
-        Citation(c.id, c.raw, c.start + off, c.end + off, c.version, c.malformed, c.native)
-        for c in cits
-    ]
+_WAKE_ANY = re.compile(r"[\s\S]")
+
+
+def _abbreviation(text: str, lo: int, term: re.Match[str]) -> bool:
+    """Whether a "." terminator ends an abbreviation or initials (the word from `lo` on)."""
+    if term.group() != ".":
+        return False
+    ts = term.start()
+    ws = text.rfind(" ", lo, ts)
+    tab = text.rfind("\t", lo, ts)
+    word = text[max(ws, tab, lo - 1) + 1 : ts].lstrip(_LEADING_PUNCT)
+    return word.lower() in ABBREVIATIONS or bool(_DOTTED_INITIALS.match(word))
 
 
 def _has_words(text: str, start: int, cits: tuple[Citation, ...]) -> bool:

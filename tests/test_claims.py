@@ -129,11 +129,80 @@ def test_stream_claim_final_only_when_next_text_begins() -> None:
     seg = ClaimSegmenter(PARSER, DEFAULT_EXEMPT)
     assert seg.feed("Foo is 3.") == []
     assert seg.feed(" [a:1]\n") == []  # more citations could still follow
-    got = seg.feed("Bar")
-    assert got == []  # the line is not complete yet
-    got = seg.feed(" is 4.\n")
+    got = seg.feed("Bar")  # a line starting with a letter is text, and "B" starts a sentence
     assert [s.text for s in got] == ["Foo is 3. [a:1]"]
+    assert seg.feed(" is 4.\n") == []
     assert [s.text for s in seg.finish()] == ["Bar is 4."]
+
+
+def _released(*deltas: str) -> list[list[str]]:
+    seg = ClaimSegmenter(PARSER, DEFAULT_EXEMPT)
+    return [[s.text for s in seg.feed(d)] for d in deltas]
+
+
+def test_sentence_released_inside_a_line() -> None:
+    assert _released("The pack stores 62.5 kWh [a:1]. It weigh") == [
+        ["The pack stores 62.5 kWh [a:1]."]
+    ]
+    assert _released("The pack stores 62.5 kWh [a:1].", " It", " weighs") == [
+        [],
+        ["The pack stores 62.5 kWh [a:1]."],
+        [],
+    ]
+
+
+def test_citation_after_the_period_waits_for_the_next_sentence() -> None:
+    assert _released("Foo is 3.", " [a", ":1]", " ", "[b:2]", " B", "ar") == [
+        [], [], [], [], [], ["Foo is 3. [a:1] [b:2]"], [],
+    ]
+    # A bracket that turns out to be prose or a link starts the next sentence.
+    assert _released("Foo is 3. [see", " below] x") == [[], ["Foo is 3."]]
+    assert _released("Foo is 3. [a:1]", "(https://x) y") == [[], ["Foo is 3."]]
+
+
+@pytest.mark.parametrize(
+    "deltas",
+    [
+        ["See Sec", ". 3 for details [a:1]. Next"],
+        ["See Sec.", " 3 for details [a:1]. Next"],
+        ["See Sec. ", "3 for details [a:1]. Next"],
+        ["It began in the U.", "S. law ", "[a:1]. Next"],
+        ["It began in the U.S", ". law [a:1]. Next"],
+        ["It began in the U.S.", " Law [a:1]. Next"],
+        ["It holds 62", ".5 kWh [a:1]. Next"],
+        ["It holds 62.", "5 kWh [a:1]. Next"],
+        ["Fruit, e.", "g. this one [a:1]. Next"],
+        ["Fruit, e.g", ". this one [a:1]. Next"],
+        ["Fruit, e.g.", " this one [a:1]. Next"],
+    ],
+)
+def test_no_early_release_inside_abbreviations_and_decimals(deltas: list[str]) -> None:
+    seg = ClaimSegmenter(PARSER, DEFAULT_EXEMPT)
+    got = [[s.text for s in seg.feed(d)] for d in deltas]
+    whole = "".join(deltas)
+    first = whole[: whole.index(". Next") + 1]
+    assert got == [[]] * (len(deltas) - 1) + [[first]]
+    assert [s.text for s in seg.finish()] == ["Next"]
+
+
+def test_a_terminator_at_the_end_of_the_text_seen_waits() -> None:
+    # "Foo." could still become "Foo.5" or "Foo..."; " " proves it, "B" ends the claim.
+    assert _released("Foo [a:1].", " ", "B") == [[], [], ["Foo [a:1]."]]
+    assert _released("Is it?", "!", " Yes") == [[], [], ["Is it?!"]]
+
+
+def test_list_item_released_when_the_next_item_starts() -> None:
+    assert _released("- one [a:1]\n", "- ", "t", "wo") == [[], [], ["one [a:1]"], []]
+    # "1" could begin "1." (a list item) or "12 apples" (text): the line is undecided.
+    assert _released("Intro [a:1].\n", "1", "2", " apples") == [[], [], [], ["Intro [a:1]."]]
+    assert _released("Intro [a:1].\n", "# Hea", "d\n") == [[], ["Intro [a:1]."], []]
+
+
+def test_regex_format_decides_whole_lines() -> None:
+    parser = CitationParser(Citations(format="regex", pattern=r"<(?P<id>\w+)>"))
+    seg = ClaimSegmenter(parser)
+    assert seg.feed("Foo <a>. Bar") == []
+    assert [s.text for s in seg.feed(" <b>.\n")] == ["Foo <a>."]
 
 
 def test_stream_offsets_are_absolute() -> None:
@@ -150,12 +219,13 @@ _PIECES = st.sampled_from(
     [
         "Foo is 3.", " ", "\n", "\n\n", "[a:1]", "[b:2, c:3]", "[:1]", "e.g. ", "Dr. ", "U.S. ",
         "62.5 kWh", "- ", "1. ", "# Head", "```", "~~~", "bar", "Baz!", "why?", " and",
-        "I don't know.", "[see]", "[x](y)", "v2.1.3", "\r\n", "---", "“q”", "…",
+        "I don't know.", "[see]", "[x](y)", "v2.1.3", "\r\n", "---", "“q”", "…", "U.", "[", "]",
+        "(", "!", "Sec.", "1", "[see above. Ok]", "Wow![a:1]", "\t", "A.", "b",
     ]
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(st.lists(_PIECES, max_size=30), st.data())
 def test_feed_at_any_split_equals_segment(pieces: list[str], data: st.DataObject) -> None:
     text = "".join(pieces)
@@ -173,15 +243,29 @@ def test_feed_at_any_split_equals_segment(pieces: list[str], data: st.DataObject
         assert s.text.strip()
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.text(max_size=200), st.data())
 def test_feed_split_arbitrary_text(text: str, data: st.DataObject) -> None:
-    cut = data.draw(st.integers(0, len(text)))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=8)))
     seg = ClaimSegmenter(PARSER)
-    got = seg.feed(text[:cut]) + seg.feed(text[cut:]) + seg.finish()
+    got = []
+    prev = 0
+    for cut in [*cuts, len(text)]:
+        got.extend(seg.feed(text[prev:cut]))
+        prev = cut
+    got.extend(seg.finish())
     assert got == segment(text, PARSER)
     for s in got:
         assert text[s.start : s.end] == s.text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_PIECES, max_size=20))
+def test_feed_one_character_at_a_time_equals_segment(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    seg = ClaimSegmenter(PARSER, DEFAULT_EXEMPT)
+    got = [s for ch in text for s in seg.feed(ch)] + seg.finish()
+    assert got == segment(text, PARSER, DEFAULT_EXEMPT)
 
 
 def test_linear_in_input_size() -> None:

@@ -89,8 +89,8 @@ def test_partial_never_contains_a_failing_claim(sample: tuple[str, list[bool]]) 
     assert again.decision is Decision.RELEASED
 
 
-@settings(max_examples=200, deadline=None)
-@given(answers(), st.lists(st.integers(0, 400), max_size=10))
+@settings(max_examples=500, deadline=None)
+@given(answers(), st.lists(st.integers(0, 400), max_size=20))
 def test_feed_at_split_points_equals_segment(
     sample: tuple[str, list[bool]], cuts: list[int]
 ) -> None:
