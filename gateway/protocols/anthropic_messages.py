@@ -25,6 +25,7 @@ from gateway.protocols.base import (
     field_allowed,
     kept_spans,
     leaks,
+    rule_withholds_something,
     split_claims,
     template_text,
 )
@@ -309,19 +310,13 @@ class AnthropicMessages:
         return AnthropicStreamParser()
 
     def needs_rewrite(self, answer: Answer, policy: Policy) -> bool:
-        ch = policy.channels
-        for c in answer.channels:
-            if c.kind == "reasoning" and ch.reasoning == "withhold":
-                return True
-            if c.kind == "tool_arguments" and ch.tool_calls == "withhold":
-                return True
         content = answer.body.get("content")
         redacted = isinstance(content, list) and any(
             isinstance(b, Mapping) and b.get("type") == "redacted_thinking" for b in content
         )
-        if redacted and ch.reasoning != "pass":
+        if redacted and policy.channels.reasoning != "pass":
             return True
-        return any(not field_allowed(p, policy) for p in answer.unknown_fields)
+        return rule_withholds_something(answer, policy)
 
     def _drop_set(self, answer: Answer, policy: Policy) -> tuple[set[int], set[tuple[Any, ...]]]:
         """Block indices to drop and per-field paths to delete under the channel rules."""

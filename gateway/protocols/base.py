@@ -29,6 +29,7 @@ __all__ = [
     "leaks",
     "rebuild_text",
     "rebuild_with_map",
+    "rule_withholds_something",
     "split_claims",
     "template_text",
 ]
@@ -91,6 +92,18 @@ def field_allowed(path: Sequence[str | int], policy: Policy) -> bool:
     allow = policy.channels.allow_fields
     names = [p for p in path if isinstance(p, str)]
     return bool(names) and (names[-1] in allow or ".".join(str(p) for p in path) in allow)
+
+
+def rule_withholds_something(answer: Answer, policy: Policy) -> bool:
+    """Does a channel rule remove part of this answer (a withheld reasoning or tool-call
+    channel, or an unknown field not allow-listed)? Then it cannot go out byte-identical."""
+    ch = policy.channels
+    for c in answer.channels:
+        if c.kind == "reasoning" and ch.reasoning == "withhold":
+            return True
+        if c.kind == "tool_arguments" and ch.tool_calls == "withhold":
+            return True
+    return any(not field_allowed(p, policy) for p in answer.unknown_fields)
 
 
 BLOCKED_TYPE = "citation_verification_failed"

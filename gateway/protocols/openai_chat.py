@@ -25,6 +25,7 @@ from gateway.protocols.base import (
     field_allowed,
     leaks,
     rebuild_with_map,
+    rule_withholds_something,
     split_claims,
     template_text,
 )
@@ -344,15 +345,9 @@ class OpenAIChat:
         return OpenAIStreamParser()
 
     def needs_rewrite(self, answer: Answer, policy: Policy) -> bool:
-        ch = policy.channels
-        for c in answer.channels:
-            if c.kind == "reasoning" and ch.reasoning == "withhold":
-                return True
-            if c.kind == "tool_arguments" and ch.tool_calls == "withhold":
-                return True
-        if answer.has_logprobs and ch.logprobs == "withhold":
+        if answer.has_logprobs and policy.channels.logprobs == "withhold":
             return True
-        return any(not field_allowed(p, policy) for p in answer.unknown_fields)
+        return rule_withholds_something(answer, policy)
 
     # -- rendering ---------------------------------------------------------------------------
 
