@@ -49,6 +49,9 @@ _COLON_SHAPE = re.compile(r"(?:^|,)\s*:|:\s*(?:,|$)|\S:\S")
 # Citation-shaped (and then malformed: whitespace inside a half) when it carries a digit or is
 # all lower-case, so prose such as `[Warning: deprecated]` stays prose.
 _SPACED_PART = re.compile(r"\s*[^\s:,\[\]]+ *: *[^\s:,\[\]]+\s*")
+# One well-formed id with an optional version: word characters, dots and hyphens only (no
+# space, colon, comma, `@` or forbidden character inside a half), so the shape rule passes.
+_PLAIN_DOC_CHUNK = re.compile(r"([\w.\-]+):([\w.\-]+)(?:@([\w.\-]+))?")
 _NUMERIC_BODY = re.compile(r"^[\d,\s\u200b-\u200f\u2060\ufeff\u061c\u202a-\u202e\u2066-\u2069]+$")
 _HAS_DIGIT = re.compile(r"\d")
 # C0/C1 controls except tab and newline (those are whitespace), zero-width and bidi marks.
@@ -162,6 +165,11 @@ class CitationParser:
         """The citations of one bracket group's body at `offset` (none when it is prose)."""
         fmt = self._format
         if fmt == "doc-chunk":
+            plain = _PLAIN_DOC_CHUNK.fullmatch(body)
+            if plain is not None:  # the usual `[doc:chunk]`: well formed, nothing to strip
+                doc, chunk, version = plain.groups()
+                cid = body if version is None else f"{doc}:{chunk}"
+                return (Citation(cid, body, offset, offset + len(body), version),)
             shaped = ":" in body and not _URL.match(body) and (
                 _COLON_SHAPE.search(body) or _spaced_id(body)
             )
