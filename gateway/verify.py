@@ -16,7 +16,15 @@ from collections.abc import Sequence
 
 from gateway import checks as check_families
 from gateway import policy
-from gateway.checks.base import AnyCheck, AsyncCheck, Check, run_safely
+from gateway.checks.base import (
+    AnyCheck,
+    AsyncCheck,
+    Check,
+    ClaimFacts,
+    FactsCheck,
+    check_safely,
+    run_safely,
+)
 from gateway.citations import CitationParser
 from gateway.claims import ClaimSegmenter
 from gateway.types import (
@@ -52,13 +60,18 @@ class Verifier:
         self._exempt = [re.compile(x) for x in p.claims.exempt]
         self._kinds = _verified_kinds(p)
         self.checks: list[AnyCheck] = list(check_families.build(p) if checks is None else checks)
-        self._sync: dict[int, Check] = {}
         self._remote: list[tuple[int, AsyncCheck]] = []
+        # Per check in policy order: the facts-reading form of a sync check, or else its
+        # plain form (None for a remote check, whose results arrive as `pending`).
+        self._plan: list[tuple[int, FactsCheck | None, Check | None]] = []
         for i, c in enumerate(self.checks):
             if isinstance(c, AsyncCheck):
                 self._remote.append((i, c))
+                self._plan.append((i, None, None))
+            elif isinstance(c, FactsCheck):
+                self._plan.append((i, c, None))
             elif isinstance(c, Check):
-                self._sync[i] = c
+                self._plan.append((i, None, c))
             else:
                 raise TypeError(f"{c!r} is neither a sync nor an async check")
 
@@ -196,8 +209,14 @@ class Verifier:
     ) -> ClaimReport:
         if claim.exempt:
             return ClaimReport(claim, "exempt")
-        for i in range(len(self.checks)):
-            r = pending[i][k] if i in pending else run_safely(self._sync[i], claim, ctx)
+        facts = ClaimFacts(claim, ctx)  # shared by the checks of this claim
+        for i, fast, plain in self._plan:
+            if fast is not None:
+                r = check_safely(fast, facts)
+            elif plain is not None:
+                r = run_safely(plain, claim, ctx)
+            else:
+                r = pending[i][k]
             match r.status:
                 case Status.PASS:
                     continue

@@ -1,8 +1,10 @@
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gateway.checks.numbers import NumberMismatch, numbers_in
+from gateway.checks.numbers import _NUMBER, NumberMismatch, _matches, numbers_in
 from gateway.citations import CitationParser
 from gateway.policy import Citations
 from gateway.types import Chunk, Citation, Claim, ContextSet, NativeLocation, Status
@@ -89,3 +91,15 @@ def test_numbers_in() -> None:
     ]
     assert numbers_in("(−3%)") == [(Decimal(-3), True, "")]
     assert numbers_in("v2.1.3 A4") == []
+
+
+_NUMBERISH = st.lists(
+    st.sampled_from([*"0123456789.,-−–$€ %kWhmillon()[{\t\n", "٣", "°C", "per cent", "bn"])
+).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_NUMBERISH)
+def test_digit_anchored_scan_equals_the_pattern(text: str) -> None:
+    # The scan tries the pattern only next to digit runs; it must find what a full scan finds.
+    assert [m.span() for m in _matches(text)] == [m.span() for m in _NUMBER.finditer(text)]

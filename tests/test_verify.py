@@ -3,7 +3,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from gateway.checks.base import run_safely
 from gateway.checks.ids import MissingCitation
 from gateway.policy import Policy
 from gateway.types import (
@@ -16,6 +19,7 @@ from gateway.types import (
     ContextSet,
     Document,
     NativeLocation,
+    Status,
 )
 from gateway.verify import Verifier
 
@@ -253,3 +257,48 @@ def test_crashing_sync_check_is_errored() -> None:
 def test_rejects_objects_that_are_not_checks() -> None:
     with pytest.raises(TypeError):
         Verifier(make_policy(), checks=[object()])  # type: ignore[list-item]
+
+
+_WORDS = st.sampled_from(
+    [
+        "The plant", " opened in 2021", " serves 1,200 homes", " 80%", " 62.5 kWh", " wind power",
+        ' "runs on wind"', " “on wind power”", " [a:1]", " [b:2]", " [c:3]", " [a:1@v2]", ".",
+        " e.g.", "\n", "\n- ", " it’s", " $3.2 million",
+    ]
+)
+_CHUNK_TEXTS = st.lists(
+    st.sampled_from(
+        ["The plant opened in 2021", " and serves 1200 homes.", " It runs on wind power.",
+         " 80 percent of 62.5 kWh", " $3,200,000", " it's"]
+    ),
+    max_size=6,
+).map("".join)
+_ALL_CHECKS = [
+    "missing_citation", "malformed_citation", "hallucinated_citation", "stale_source",
+    "quote_mismatch", "number_mismatch", "unsupported",
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_WORDS, max_size=30).map("".join), _CHUNK_TEXTS, _CHUNK_TEXTS)
+def test_shared_claim_facts_give_the_verdicts_of_checks_run_alone(
+    text: str, a_text: str, b_text: str
+) -> None:
+    # The verifier shares one claim's body and indexed sources among its checks; running
+    # each check on its own through the Check protocol must decide every claim the same way.
+    ctx = ContextSet()
+    ctx.extend([Chunk("a:1", a_text, "v1"), Chunk("b:2", b_text), Chunk("c:3", None)])
+    v = Verifier(make_policy(checks=_ALL_CHECKS))
+    claims = v.claims(answer(text))
+    got = v.verify_claims(claims, ctx)
+    for claim, report in zip(claims, got, strict=True):
+        alone = (run_safely(c, claim, ctx) for c in v.checks)
+        first = next((r for r in alone if r.status is not Status.PASS), None)
+        if claim.exempt:
+            assert report.verdict == "exempt"
+        elif first is None:
+            assert report.verdict == "verified"
+        else:
+            assert (report.check, report.reason, report.detail) == (
+                first.check, first.reason, first.detail
+            )

@@ -7,12 +7,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from decimal import Decimal
 from functools import lru_cache
 from typing import Protocol, runtime_checkable
 
 from gateway.types import CheckResult, Chunk, Claim, ContextSet
 
-__all__ = ["AnyCheck", "AsyncCheck", "Check", "cited_chunks", "claim_body", "run_safely"]
+__all__ = [
+    "AnyCheck",
+    "AsyncCheck",
+    "Check",
+    "ClaimFacts",
+    "FactsCheck",
+    "SourceText",
+    "cited_chunks",
+    "claim_body",
+    "run_safely",
+    "source_text",
+]
 
 
 @runtime_checkable
@@ -44,6 +56,19 @@ class AsyncCheck(Protocol):
 AnyCheck = Check | AsyncCheck
 
 
+class FactsCheck:
+    """A sync check that reads a claim through `ClaimFacts`, so that the checks of one claim
+    share its marker-free body and its cited sources (the verifier builds them once)."""
+
+    name: str
+
+    def check(self, facts: ClaimFacts) -> CheckResult:
+        raise NotImplementedError
+
+    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
+        return self.check(ClaimFacts(claim, ctx))
+
+
 def run_safely(check: Check, claim: Claim, ctx: ContextSet) -> CheckResult:
     """Run a sync check; a crash becomes error("crash"), never an exception or a pass."""
     try:
@@ -55,11 +80,19 @@ def run_safely(check: Check, claim: Claim, ctx: ContextSet) -> CheckResult:
     return result
 
 
-@lru_cache(maxsize=256)
-def claim_body(claim: Claim) -> str:
-    """The claim text with its citation markers blanked out (same length, offsets kept).
+def check_safely(check: FactsCheck, facts: ClaimFacts) -> CheckResult:
+    """`run_safely` for a `FactsCheck` given the claim's shared facts."""
+    try:
+        result = check.check(facts)
+    except Exception as exc:  # a check bug must not release an unverified claim
+        return CheckResult.error(check.name, "crash", type(exc).__name__)
+    if not isinstance(result, CheckResult):
+        return CheckResult.error(check.name, "crash", "check returned no CheckResult")
+    return result
 
-    Cached: the quote, number and support checks all read it for the same claim."""
+
+def claim_body(claim: Claim) -> str:
+    """The claim text with its citation markers blanked out (same length, offsets kept)."""
     text = claim.text
     marked = [c for c in claim.citations if c.start >= 0]
     if not marked:
@@ -115,3 +148,76 @@ _QUOTE_MAP = str.maketrans({"“": '"', "”": '"', "„": '"', "‟": '"', "«"
 def normalise(text: str) -> str:
     """Curly quotes to straight ones, whitespace runs to one space, ends stripped."""
     return _WS.sub(" ", text.translate(_QUOTE_MAP)).strip()
+
+
+class SourceText:
+    """What the checks read from one source text, each part computed on first use: the
+    normalised text (quotes), its numbers and its content words. Shared through
+    `source_text`, so a chunk cited by many claims (or requests) is indexed once."""
+
+    __slots__ = ("_numbers", "_words", "normalised_text", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.normalised_text: str | None = None
+        self._numbers: frozenset[tuple[Decimal, bool, str]] | None = None
+        self._words: frozenset[str] | None = None
+
+    @property
+    def normalised(self) -> str:
+        n = self.normalised_text
+        if n is None:
+            n = self.normalised_text = normalise(self.text)
+        return n
+
+    @property
+    def numbers(self) -> frozenset[tuple[Decimal, bool, str]]:
+        n = self._numbers
+        if n is None:
+            from gateway.checks.numbers import numbers_in
+
+            n = self._numbers = frozenset(numbers_in(self.text))
+        return n
+
+    @property
+    def words(self) -> frozenset[str]:
+        w = self._words
+        if w is None:
+            from gateway.checks.support import content_words
+
+            w = self._words = content_words(self.text)
+        return w
+
+
+@lru_cache(maxsize=4096)
+def source_text(text: str) -> SourceText:
+    """The shared index of a source text (keyed by the text itself, so never stale)."""
+    return SourceText(text)
+
+
+class ClaimFacts:
+    """One claim's inputs to the checks, computed once and shared by all of them."""
+
+    __slots__ = ("_body", "_sources", "claim", "ctx")
+
+    def __init__(self, claim: Claim, ctx: ContextSet) -> None:
+        self.claim = claim
+        self.ctx = ctx
+        self._body: str | None = None
+        self._sources: tuple[list[SourceText], bool] | None = None
+
+    @property
+    def body(self) -> str:
+        """`claim_body` of the claim."""
+        b = self._body
+        if b is None:
+            b = self._body = claim_body(self.claim)
+        return b
+
+    def sources(self) -> tuple[list[SourceText], bool]:
+        """`source_texts` of the claim, indexed, and whether a cited source has no text."""
+        got = self._sources
+        if got is None:
+            texts, textless = source_texts(self.claim, self.ctx)
+            got = self._sources = ([source_text(t) for t in texts], textless)
+        return got

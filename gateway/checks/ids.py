@@ -5,7 +5,8 @@ They need no chunk text, so they also work with an id-only context.
 
 from __future__ import annotations
 
-from gateway.types import CheckResult, Citation, Claim, ContextSet, Document, NativeLocation
+from gateway.checks.base import ClaimFacts, FactsCheck
+from gateway.types import CheckResult, Citation, ContextSet, Document, NativeLocation
 
 __all__ = [
     "HallucinatedCitation",
@@ -16,27 +17,35 @@ __all__ = [
 ]
 
 
-class MissingCitation:
+# Pass results are values; one per check is shared.
+_OK_MISSING = CheckResult.ok("missing_citation")
+_OK_MALFORMED = CheckResult.ok("malformed_citation")
+_OK_HALLUCINATED = CheckResult.ok("hallucinated_citation")
+_OK_STALE = CheckResult.ok("stale_source")
+
+
+class MissingCitation(FactsCheck):
     """A non-exempt claim must carry at least one citation (marker, structured or native)."""
 
     name = "missing_citation"
 
-    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
+    def check(self, facts: ClaimFacts) -> CheckResult:
+        claim = facts.claim
         if claim.exempt or claim.citations:
-            return CheckResult.ok(self.name)
+            return _OK_MISSING
         return CheckResult.fail(self.name, "missing_citation", "claim has no citation")
 
 
-class MalformedCitation:
+class MalformedCitation(FactsCheck):
     """Every citation-shaped marker must pass the shape rule."""
 
     name = "malformed_citation"
 
-    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
-        for c in claim.citations:
+    def check(self, facts: ClaimFacts) -> CheckResult:
+        for c in facts.claim.citations:
             if c.malformed is not None:
                 return CheckResult.fail(self.name, "malformed_citation", c.malformed)
-        return CheckResult.ok(self.name)
+        return _OK_MALFORMED
 
 
 def native_document(ctx: ContextSet, loc: NativeLocation) -> Document | None:
@@ -52,14 +61,15 @@ def native_document(ctx: ContextSet, loc: NativeLocation) -> Document | None:
     return next((d for d in pool if d.index == idx), None)
 
 
-class HallucinatedCitation:
+class HallucinatedCitation(FactsCheck):
     """A well-formed id must name a chunk of the context (exact code points); a native
     citation must point at a document / search result the request carried."""
 
     name = "hallucinated_citation"
 
-    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
-        for c in claim.citations:
+    def check(self, facts: ClaimFacts) -> CheckResult:
+        ctx = facts.ctx
+        for c in facts.claim.citations:
             if c.malformed is not None:
                 continue
             if c.native is not None:
@@ -71,7 +81,7 @@ class HallucinatedCitation:
                 return CheckResult.fail(
                     self.name, "hallucinated_citation", f"id {c.id!r} is not in the context"
                 )
-        return CheckResult.ok(self.name)
+        return _OK_HALLUCINATED
 
 
 def _stale(c: Citation, ctx: ContextSet) -> bool:
@@ -81,15 +91,16 @@ def _stale(c: Citation, ctx: ContextSet) -> bool:
     return chunk is not None and chunk.version is not None and chunk.version != c.version
 
 
-class StaleSource:
+class StaleSource(FactsCheck):
     """A cited version must equal the context chunk's version (unversioned chunks pass)."""
 
     name = "stale_source"
 
-    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
-        for c in claim.citations:
+    def check(self, facts: ClaimFacts) -> CheckResult:
+        ctx = facts.ctx
+        for c in facts.claim.citations:
             if _stale(c, ctx):
                 return CheckResult.fail(
                     self.name, "stale_source", f"id {c.id!r} cited at a different version"
                 )
-        return CheckResult.ok(self.name)
+        return _OK_STALE

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
-from functools import lru_cache
 
-from gateway.checks.base import claim_body, source_texts
-from gateway.types import CheckResult, Claim, ContextSet
+from gateway.checks.base import ClaimFacts, FactsCheck
+from gateway.types import CheckResult
 
 __all__ = ["NumberMismatch", "Quantity", "numbers_in"]
 
@@ -50,29 +49,62 @@ _NUMBER = re.compile(
 Quantity = tuple[Decimal, bool, str]
 
 
+_DIGIT = re.compile(r"\d")
+_DIGITS = re.compile(r"\d+")
+_CURRENCY = "$€£¥"
+_SIGN = "-−–"
+
+
+def _matches(text: str) -> list[re.Match[str]]:
+    """`_NUMBER.finditer(text)`, trying the pattern only where a match can start.
+
+    Its leading lookbehinds make a scan of every position slow. A match starts at a run of
+    digits or at most four characters before it ([sign][currency][space][.]); inside a run
+    the lookbehind fails, so each run is tried once."""
+    out: list[re.Match[str]] = []
+    pos = 0
+    while True:
+        run = _DIGITS.search(text, pos)
+        if run is None:
+            return out
+        d = run.start()
+        j = d
+        if j > pos and text[j - 1] == ".":
+            j -= 1
+        if j > pos and text[j - 1].isspace():
+            j -= 1
+        if j > pos and text[j - 1] in _CURRENCY:
+            j -= 1
+        if j > pos and text[j - 1] in _SIGN:
+            j -= 1
+        for i in range(j, d + 1):
+            m = _NUMBER.match(text, i)
+            if m is not None:
+                out.append(m)
+                pos = m.end()
+                break
+        else:
+            pos = run.end()
+
+
 def numbers_in(text: str) -> list[Quantity]:
     """The numbers of `text` as exact values with percent-ness and known unit."""
     out: list[Quantity] = []
-    for m in _NUMBER.finditer(text):
+    for m in _matches(text):
+        num, sign, scale, pct, unit = m.group("num", "sign", "scale", "pct", "unit")
         try:
-            value = Decimal(m.group("num").replace(",", ""))
+            value = Decimal(num.replace(",", "") if "," in num else num)
         except InvalidOperation:  # pragma: no cover - the pattern only admits digits
             continue
-        if m.group("sign"):
+        if sign:
             value = -value
-        scale = m.group("scale")
         if scale:
             value *= _SCALES[scale.lower()]
-        unit = (m.group("unit") or "").lower()
+        unit = unit.lower() if unit else ""
         if unit not in _UNITS:
             unit = ""
-        out.append((value.normalize(), m.group("pct") is not None, unit))
+        out.append((value.normalize(), pct is not None, unit))
     return out
-
-
-@lru_cache(maxsize=4096)
-def _source_numbers(text: str) -> frozenset[Quantity]:
-    return frozenset(numbers_in(text))
 
 
 def _found(q: Quantity, sources: list[frozenset[Quantity]]) -> bool:
@@ -85,15 +117,21 @@ def _found(q: Quantity, sources: list[frozenset[Quantity]]) -> bool:
     return False
 
 
-class NumberMismatch:
+_OK = CheckResult.ok("number_mismatch")
+
+
+class NumberMismatch(FactsCheck):
     name = "number_mismatch"
 
-    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
-        wanted = numbers_in(claim_body(claim))
+    def check(self, facts: ClaimFacts) -> CheckResult:
+        body = facts.body
+        if _DIGIT.search(body) is None:
+            return _OK
+        wanted = numbers_in(body)
         if not wanted:
-            return CheckResult.ok(self.name)
-        texts, textless = source_texts(claim, ctx)
-        sources = [_source_numbers(t) for t in texts]
+            return _OK
+        indexed, textless = facts.sources()
+        sources = [s.numbers for s in indexed]
         for q in wanted:
             if not _found(q, sources):
                 if textless:
@@ -104,4 +142,4 @@ class NumberMismatch:
                 return CheckResult.fail(
                     self.name, "number_mismatch", f"{shown} is in none of the cited sources"
                 )
-        return CheckResult.ok(self.name)
+        return _OK

@@ -16,11 +16,10 @@ extracted text, `cited_text` must occur in it.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 
-from gateway.checks.base import claim_body, normalise, source_texts
+from gateway.checks.base import ClaimFacts, FactsCheck, normalise, source_text
 from gateway.checks.ids import native_document
-from gateway.types import CheckResult, Claim, ContextSet, NativeLocation
+from gateway.types import CheckResult, ContextSet, NativeLocation
 
 __all__ = ["QuoteMismatch", "quotes_in"]
 
@@ -28,6 +27,7 @@ _DOUBLE = re.compile(r'"([^"\n]+)"|“([^”\n]+)”|«([^»\n]+)»')
 _SINGLE = re.compile(r"(?<!\w)‘([^‘\n]+?)’(?!\w)")
 _ELLIPSIS = re.compile(r"\s*(?:\.\.\.|…|\[\.\.\.\]|\[…\])\s*")
 _TRAIL = ".,;:!?"
+_OPENING = re.compile(r"[\"“«‘]")  # no quote can start without one of these
 
 
 def quotes_in(text: str) -> list[str]:
@@ -43,30 +43,32 @@ def quotes_in(text: str) -> list[str]:
     return [n for n in (normalise(q).rstrip(_TRAIL).strip() for q in found) if n]
 
 
-@lru_cache(maxsize=4096)
-def _norm_source(text: str) -> str:
-    return normalise(text)
-
-
 def _quote_in(quote: str, sources: list[str]) -> bool:
     fragments = [f for f in _ELLIPSIS.split(quote) if f]
     return any(all(f in src for f in fragments) for src in sources)
 
 
-class QuoteMismatch:
+_OK = CheckResult.ok("quote_mismatch")
+
+
+class QuoteMismatch(FactsCheck):
     name = "quote_mismatch"
 
-    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
-        for c in claim.citations:
+    def check(self, facts: ClaimFacts) -> CheckResult:
+        ctx = facts.ctx
+        for c in facts.claim.citations:
             if c.native is not None:
                 problem = self._native(c.native, ctx)
                 if problem is not None:
                     return problem
-        quotes = quotes_in(claim_body(claim))
+        body = facts.body
+        if _OPENING.search(body) is None:
+            return _OK
+        quotes = quotes_in(body)
         if not quotes:
-            return CheckResult.ok(self.name)
-        texts, textless = source_texts(claim, ctx)
-        sources = [_norm_source(t) for t in texts]
+            return _OK
+        indexed, textless = facts.sources()
+        sources = [s.normalised for s in indexed]
         for q in quotes:
             if not _quote_in(q, sources):
                 if textless:
@@ -76,7 +78,7 @@ class QuoteMismatch:
                 return CheckResult.fail(
                     self.name, "quote_mismatch", "quoted text is in none of the cited sources"
                 )
-        return CheckResult.ok(self.name)
+        return _OK
 
     def _native(self, loc: NativeLocation, ctx: ContextSet) -> CheckResult | None:
         doc = native_document(ctx, loc)
@@ -93,7 +95,7 @@ class QuoteMismatch:
                 return CheckResult.fail(
                     self.name, "source_text_unavailable", "pdf text is not available"
                 )
-            if cited not in _norm_source(doc.text):
+            if cited not in source_text(doc.text).normalised:
                 return CheckResult.fail(self.name, "quote_mismatch", "cited_text not in document")
             return None
         if loc.type == "char_location":

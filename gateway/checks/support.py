@@ -9,10 +9,9 @@ claim without content words passes.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 
-from gateway.checks.base import claim_body, source_texts
-from gateway.types import CheckResult, Claim, ContextSet
+from gateway.checks.base import ClaimFacts, FactsCheck
+from gateway.types import CheckResult
 
 __all__ = ["LexicalSupport", "content_words"]
 
@@ -32,35 +31,31 @@ STOPWORDS = frozenset(_STOPWORDS_WORDS.split())
 
 
 def content_words(text: str) -> frozenset[str]:
-    return frozenset(
-        w
-        for w in (t.lower().replace("’", "'") for t in _TOKEN.findall(text))
-        if len(w) >= 3 and w not in STOPWORDS and not w.isdigit()
-    )
+    if "’" in text:  # the token pattern treats ’ and ' alike, so fold before splitting
+        text = text.replace("’", "'")
+    words = set(map(str.lower, _TOKEN.findall(text)))
+    words -= STOPWORDS
+    return frozenset(w for w in words if len(w) >= 3 and not w.isdigit())
 
 
-@lru_cache(maxsize=4096)
-def _source_words(text: str) -> frozenset[str]:
-    return content_words(text)
-
-
-class LexicalSupport:
+class LexicalSupport(FactsCheck):
     name = "unsupported"
 
     def __init__(self, threshold: float = 0.5) -> None:
         self.threshold = threshold
+        self._ok = CheckResult.ok(self.name)
 
-    def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
-        words = content_words(claim_body(claim))
+    def check(self, facts: ClaimFacts) -> CheckResult:
+        words = content_words(facts.body)
         if not words:
-            return CheckResult.ok(self.name)
-        texts, textless = source_texts(claim, ctx)
+            return self._ok
+        indexed, textless = facts.sources()
         seen: set[str] = set()
-        for t in texts:
-            seen |= words & _source_words(t)
+        for s in indexed:
+            seen |= words & s.words
         support = len(seen) / len(words)
         if support >= self.threshold:
-            return CheckResult.ok(self.name)
+            return self._ok
         if textless:
             return CheckResult.fail(
                 self.name, "source_text_unavailable", "a cited chunk has no text"
