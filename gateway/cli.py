@@ -19,71 +19,53 @@ PROTOCOLS = ("openai-chat", "anthropic-messages", "rag-json")
 
 
 def _env(name: str, default: str | None = None) -> str | None:
+    """CITEWARDEN_<name> as a flag default; argparse applies the flag's `type` to a string
+    default, so a bad value exits 2 with the flag named, like a bad flag."""
     return os.environ.get(f"CITEWARDEN_{name}", default)
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = _env(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise SystemExit(f"citewarden: CITEWARDEN_{name} must be an integer, got {raw!r}") from None
-
-
-def _env_float(name: str, default: float) -> float:
-    raw = _env(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise SystemExit(f"citewarden: CITEWARDEN_{name} must be a number, got {raw!r}") from None
 
 
 def _add_server_flags(p: argparse.ArgumentParser, *, default_port: int) -> None:
     p.add_argument("--host", default=_env("HOST", "0.0.0.0"))
-    p.add_argument("--port", type=int, default=_env_int("PORT", default_port))
-    p.add_argument("--admin-port", type=int, default=_env_int("ADMIN_PORT", 9090))
+    p.add_argument("--port", type=int, default=_env("PORT", str(default_port)))
+    p.add_argument("--admin-port", type=int, default=_env("ADMIN_PORT", "9090"))
     p.add_argument(
         "--connect-timeout",
         type=float,
-        default=_env_float("CONNECT_TIMEOUT", 5.0),
+        default=_env("CONNECT_TIMEOUT", "5"),
         help="seconds to connect to the upstream (env CITEWARDEN_CONNECT_TIMEOUT)",
     )
     p.add_argument(
         "--read-timeout",
         type=float,
-        default=_env_float("READ_TIMEOUT", 60.0),
+        default=_env("READ_TIMEOUT", "60"),
         help="seconds between upstream bytes (env CITEWARDEN_READ_TIMEOUT)",
     )
     p.add_argument(
         "--total-timeout",
         type=float,
-        default=_env_float("TOTAL_TIMEOUT", 300.0),
+        default=_env("TOTAL_TIMEOUT", "300"),
         help="seconds for a whole upstream exchange (env CITEWARDEN_TOTAL_TIMEOUT)",
     )
     p.add_argument(
         "--max-request-bytes",
         type=int,
-        default=_env_int("MAX_REQUEST_BYTES", 4 * 1024 * 1024),
+        default=_env("MAX_REQUEST_BYTES", str(4 * 1024 * 1024)),
     )
     p.add_argument(
         "--max-response-bytes",
         type=int,
-        default=_env_int("MAX_RESPONSE_BYTES", 16 * 1024 * 1024),
+        default=_env("MAX_RESPONSE_BYTES", str(16 * 1024 * 1024)),
     )
     p.add_argument(
         "--shutdown-grace",
         type=float,
-        default=_env_float("SHUTDOWN_GRACE", 20.0),
+        default=_env("SHUTDOWN_GRACE", "20"),
         help="seconds in-flight requests get to finish after SIGTERM",
     )
     p.add_argument(
         "--reload-interval",
         type=float,
-        default=_env_float("RELOAD_INTERVAL", 2.0),
+        default=_env("RELOAD_INTERVAL", "2"),
         help="seconds between policy file checks (0 disables hot reload)",
     )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
