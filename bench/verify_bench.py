@@ -38,6 +38,9 @@ SENTENCES = [
 ]
 
 
+HISTORY = "## Before and after"
+
+
 def build(scale: int) -> tuple[Answer, ContextSet]:
     ctx = ContextSet()
     parts: list[str] = []
@@ -134,6 +137,12 @@ def main() -> None:
     print(machine())
     print(table)
     if args.write:
+        # Keep the hand-written history below the generated part.
+        kept = ""
+        if args.write.exists():
+            old = args.write.read_text()
+            at = old.find(HISTORY)
+            kept = "\n" + old[at:] if at >= 0 else ""
         args.write.write_text(
             "# Verification benchmark\n\n"
             "`bench/verify_bench.py`: claim segmentation plus every deterministic check\n"
@@ -143,7 +152,7 @@ def main() -> None:
             "core, on a machine shared with other work, so p99 is noisy.\n\n"
             f"Machine: {machine()}\n\n{table}\n\n"
             "Reproduce: `.venv/bin/python bench/verify_bench.py "
-            "--write docs/benchmarks-verify.md`\n"
+            "--write docs/benchmarks-verify.md`\n" + kept
         )
 
 
