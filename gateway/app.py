@@ -7,11 +7,12 @@ in progressive streaming where each claim is released only once it has verified.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+
+import orjson
 
 from gateway import audit, retry
 from gateway.errors import BodyTooLarge, ProtocolError, UpstreamError
@@ -240,8 +241,8 @@ class _Exchange:
             await self._client_error(pipeline, 413, str(e), "request_too_large")
             return
         try:
-            request = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
+            request = orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
             await self._client_error(
                 pipeline, 400, f"invalid JSON body: {e}", "invalid_request_error"
             )
@@ -344,8 +345,8 @@ class _Exchange:
             if _safe_error_header(k.lower())
         ]
         try:
-            parsed = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError:
             parsed = None
         relayed = body if pipeline.is_error_envelope(parsed) else None
         await self._error(
@@ -382,7 +383,7 @@ class _Exchange:
                     _, answer = verifier.finish()
                     ctx, known = verifier.ctx, verifier.known
                 else:
-                    parsed = json.loads(body)
+                    parsed = orjson.loads(body)
                     if not isinstance(parsed, dict):
                         raise ProtocolError("upstream body is not a JSON object")
                     answer = pipeline.adapter.parse(parsed, pipeline.route)

@@ -7,11 +7,12 @@ so both decide exactly alike. Pure apart from the optional async checks.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from gateway.context import build_context
 from gateway.policy import LoadedPolicy, Route
@@ -21,7 +22,6 @@ from gateway.release import decide
 from gateway.sse import SSEDecoder, encode
 from gateway.types import Answer, Claim, ClaimReport, ContextSet, Decision, Outcome, Report
 from gateway.verify import Verifier
-
 
 # The text channel a stream verifier segments while the stream arrives, per protocol.
 PRIMARY_CHANNEL = {
@@ -49,7 +49,8 @@ class Rendered:
 
 
 def dumps(obj: object) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    """Compact UTF-8 JSON, as the gateway writes every body it renders."""
+    return orjson.dumps(obj)
 
 
 class RoutePipeline:

@@ -463,7 +463,12 @@ def test_production_json_log_lines_hold_no_draft_or_credential(block: Gateway) -
         blocked = chat(block, "mixed")
         rid = blocked.headers["x-request-id"]
         # The request id also shows in httpx's debug records: wait for the audit line itself.
-        eventually(lambda: f'"request_id": "{rid}"' in sink.getvalue())
+        eventually(
+            lambda: any(
+                e.get("event") == "audit" and e.get("request_id") == rid
+                for e in (json.loads(line) for line in sink.getvalue().splitlines() if line)
+            )
+        )
     finally:
         audit.reset_logging()
     lines = [json.loads(line) for line in sink.getvalue().splitlines() if line.strip()]
