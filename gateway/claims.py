@@ -72,6 +72,9 @@ _DECIDER = re.compile(r"[^\s\d#`~*+_=.)\-]")
 _WAKE_LINE = re.compile(r"\n")
 _WAKE_KIND = re.compile(r"[^\s\d#`~*+_=.)\-]|\n")
 _WAKE_RUN = re.compile(r"[\s\[\]]")  # a terminator needs whitespace after it; a marker its ]
+# In a run with no terminator character at its end, whitespace decides nothing: only a
+# terminator, a bracket or the line's end can.
+_WAKE_TERM = re.compile(r"[.!?…\[\]\n]")
 _WAKE_BRACKET = re.compile(r"[\[\]\n]")
 _BRACKET_CHARS = re.compile(r"[\[\]]")
 
@@ -316,7 +319,10 @@ class ClaimSegmenter:
                 while j > lo and buf[j - 1] in _TERMINATOR_CHARS:
                     j -= 1
                 self._tscan = j + bb
-            self._wake = self._mwait or _WAKE_RUN
+            if self._mwait is not None:
+                self._wake = self._mwait
+            else:
+                self._wake = _WAKE_RUN if self._tscan < end else _WAKE_TERM
             break
         self._pos = pos
 

@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.citations import CitationParser
-from gateway.claims import ClaimSegmenter, segment
+from gateway.claims import ClaimSegmenter, Segment, segment
 from gateway.policy import DEFAULT_EXEMPT, Citations
 
 PARSER = CitationParser(Citations())
@@ -189,6 +189,11 @@ def test_a_terminator_at_the_end_of_the_text_seen_waits() -> None:
     # "Foo." could still become "Foo.5" or "Foo..."; " " proves it, "B" ends the claim.
     assert _released("Foo [a:1].", " ", "B") == [[], [], ["Foo [a:1]."]]
     assert _released("Is it?", "!", " Yes") == [[], [], ["Is it?!"]]
+    # Inside a sentence only a terminator, a bracket or a line end is worth a look; the
+    # whitespace after a terminator that arrived on its own still ends the claim.
+    assert _released("Foo is", " 3", ".", '"', " ", "Bar") == [[], [], [], [], [], ['Foo is 3."']]
+    assert _released("Foo is", " 3\n", "Bar") == [[], [], []]
+    assert _released("Foo is", " 3 [a:1]", " Bar") == [[], [], []]
 
 
 def test_list_item_released_when_the_next_item_starts() -> None:
@@ -284,3 +289,21 @@ def test_linear_in_input_size() -> None:
     run(1000)
     small, big = run(5_000), run(50_000)
     assert big < small * 30  # quadratic growth would be ~100x
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PIECES, max_size=30), st.data())
+def test_what_is_released_depends_only_on_the_text_seen(
+    pieces: list[str], data: st.DataObject
+) -> None:
+    # Whatever the split, after each piece exactly the claims released by that text fed whole
+    # are out: waiting for more text never holds back a claim whose end is already certain.
+    text = "".join(pieces)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=12)))
+    seg = ClaimSegmenter(PARSER, DEFAULT_EXEMPT)
+    got: list[Segment] = []
+    prev = 0
+    for cut in cuts:
+        got.extend(seg.feed(text[prev:cut]))
+        prev = cut
+        assert got == ClaimSegmenter(PARSER, DEFAULT_EXEMPT).feed(text[:cut])
