@@ -31,11 +31,13 @@ class SSEDecoder:
     Input may be split anywhere (inside a UTF-8 sequence, between CR and LF). Each byte is
     scanned once: an unfinished line is kept as a list of pieces and joined only when its end
     arrives. As the spec requires, an event without its terminating blank line at end of
-    stream is discarded, so a truncated stream never yields a half event.
+    stream is discarded, so a truncated stream never yields a half event. The usual chunk —
+    whole events with LF line ends and nothing pending — is split on its blank lines directly.
     """
 
     def __init__(self) -> None:
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._utf8_held = False  # the incremental decoder holds the start of a character
         self._partial: list[str] = []
         self._skip_lf = False  # the previous piece ended in CR; a leading LF belongs to it
         self._started = False  # a leading BOM is dropped once
@@ -46,7 +48,15 @@ class SSEDecoder:
         self._retry: int | None = None
 
     def feed(self, data: bytes) -> list[SSEEvent]:
-        return self._text(self._utf8.decode(data))
+        if self._utf8_held or not self._started or self._skip_lf or self._partial:
+            return self._slow(data)
+        try:
+            text = data.decode()
+        except UnicodeDecodeError:  # a split or invalid character: decode it incrementally
+            return self._slow(data)
+        if text.endswith("\n\n") and "\r" not in text:
+            return self._events(text)
+        return self._text(text)
 
     def finish(self) -> list[SSEEvent]:
         events = self._text(self._utf8.decode(b"", final=True))
@@ -56,6 +66,40 @@ class SSEDecoder:
         return events
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _slow(self, data: bytes) -> list[SSEEvent]:
+        events = self._text(self._utf8.decode(data))
+        self._utf8_held = bool(self._utf8.getstate()[0])
+        return events
+
+    def _events(self, text: str) -> list[SSEEvent]:
+        """Whole events with LF line ends, nothing pending before them: the usual upstream
+        chunk. The same lines as `_text` would find, read one blank-line block at a time."""
+        events: list[SSEEvent] = []
+        for block in text[:-2].split("\n\n"):
+            if not self._has_data and self._event is None and self._id is None:
+                # One `data` line, optionally after one `event` line: no joining needed.
+                event = None
+                if block.startswith("event:"):
+                    nl = block.find("\n")
+                    if nl > 0 and block.startswith("data:", nl + 1):
+                        event = block[7 if block.startswith(" ", 6) else 6 : nl]
+                        block = block[nl + 1 :]
+                if block.startswith("data:") and "\n" not in block:
+                    data = block[6:] if block.startswith(" ", 5) else block[5:]
+                    events.append(SSEEvent(data, event or None, None, self._retry))
+                    self._retry = None
+                    continue
+                if event is not None:
+                    self._event = event
+            for line in block.split("\n"):
+                ev = self._line(line)
+                if ev is not None:
+                    events.append(ev)
+            ev = self._dispatch()
+            if ev is not None:
+                events.append(ev)
+        return events
 
     def _text(self, text: str) -> list[SSEEvent]:
         events: list[SSEEvent] = []

@@ -113,3 +113,55 @@ def test_decoder_is_incremental_not_rescanning() -> None:
     for i in range(0, len(body), 7):
         out.extend(d.feed(body[i : i + 7]))
     assert out == [SSEEvent(data="x" * 20_000)]
+
+
+_LINE = st.one_of(
+    st.builds(lambda v: f"data:{v}", st.text("ab :\x00é", max_size=6)),
+    st.builds(lambda v: f"data: {v}", st.text("ab :{}", max_size=6)),
+    st.builds(lambda v: f"event:{v}", st.text("ab ", max_size=4)),
+    st.builds(lambda v: f"event: {v}", st.text("ab", max_size=4)),
+    st.builds(lambda v: f"id: {v}", st.text("1\x00", max_size=3)),
+    st.builds(lambda v: f"retry: {v}", st.text("12x", max_size=3)),
+    st.sampled_from(["", ": ping", "data", "event", "other: x", "\ufeffdata: bom", " data: x"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_LINE, max_size=4), max_size=6), st.booleans())
+def test_whole_lf_events_per_chunk_decode_like_single_bytes(
+    blocks: list[list[str]], bom: bool
+) -> None:
+    # Upstreams usually send whole `...\n\n` events per chunk; however the lines are mixed,
+    # those chunks must decode exactly as the same bytes fed one at a time.
+    chunks = [("\n".join(lines) + "\n\n").encode() for lines in blocks]
+    if bom and chunks:
+        chunks[0] = "\ufeff".encode() + chunks[0]
+    raw = b"".join(chunks)
+    assert decode_all(chunks) == decode_all([raw[i : i + 1] for i in range(len(raw))])
+    assert decode_all([raw]) == decode_all([raw[i : i + 1] for i in range(len(raw))])
+
+
+def test_whole_events_per_chunk() -> None:
+    chunks = [
+        b"data: a\n\n",
+        b'event: message_start\ndata: {"x": 1}\n\n',
+        b"retry: 10\n\ndata: b\n\n",  # a retry with no data is dropped with its event
+        b"id: 3\ndata: c\n\n: ping\n\n\n\nevent: e\ndata: d\ndata: e\n\n",
+        b"event: half\n",
+        b"data: f\n\n",
+        "data: é🌍\n\n".encode(),
+        b"data: g\r\n\r\n",
+        b"retry: 5\n",
+        b"data: h\n\n",
+    ]
+    assert decode_all(chunks) == [
+        SSEEvent(data="a"),
+        SSEEvent(data='{"x": 1}', event="message_start"),
+        SSEEvent(data="b"),
+        SSEEvent(data="c", id="3"),
+        SSEEvent(data="d\ne", event="e"),
+        SSEEvent(data="f", event="half"),
+        SSEEvent(data="é🌍"),
+        SSEEvent(data="g"),
+        SSEEvent(data="h", retry=5),
+    ]
