@@ -28,7 +28,10 @@ from gateway.metrics import Metrics
 from gateway.policy import PolicyStore
 from gateway.upstream import Limits, Timeouts, Upstream
 
-DEMO_POLICY = Path(__file__).parent / "demo" / "policy.yaml"
+DEMO_POLICIES = [
+    Path(__file__).parent / "demo" / "policy-strict.yaml",  # header-matched routes first
+    Path(__file__).parent / "demo" / "policy.yaml",
+]
 
 
 @dataclass(slots=True)
@@ -213,7 +216,7 @@ def serve_from_args(args: argparse.Namespace, policies: Sequence[str], *, demo: 
         extra.append(
             _Server(_uvicorn_config(create_demo_app(), "127.0.0.1", demo_port, 1.0, args.log_level))
         )
-        policies = list(policies) or [str(DEMO_POLICY)]
+        policies = list(policies) or [str(p) for p in DEMO_POLICIES]
     else:
         upstream = args.upstream
     settings = settings_from_args(args, upstream, policies)

@@ -33,7 +33,7 @@ from gateway.demo import (
 from gateway.demo.answers import choose_kind
 from gateway.demo.banner import banner
 from gateway.demo.wire import tokenize
-from gateway.server import DEMO_POLICY, Settings, build
+from gateway.server import DEMO_POLICIES, Settings, build
 from gateway.types import Chunk
 from tests.upstream_app import serve
 
@@ -406,23 +406,43 @@ DECISION: dict[AnswerKind, str] = {
 
 
 def test_banner_examples_are_runnable(url: str) -> None:
+    """Every curl line of the banner, sent to the real gateway with the demo policies, gets
+    the decision its comment promises (and each demo answer kind shows up)."""
     text = banner("http://gw:8080", "http://gw:9090")
-    commands = [shlex.split(line) for line in text.splitlines() if line.startswith("  curl ")]
-    posts = [c for c in commands if "-d" in c]
-    assert len(posts) == len(DEMO_QUESTIONS) + 2
+    lines = text.splitlines()
+    proxy, *_ = build(Settings(upstream=url, policies=[str(p) for p in DEMO_POLICIES]))
+    posts = 0
+    promised: list[str] = []
     seen: set[str] = set()
-    for command in posts:
-        target = next(a for a in command if a.startswith("http://gw:8080/"))
-        body = json.loads(command[command.index("-d") + 1])
-        r = httpx.post(url + target.removeprefix("http://gw:8080"), json=body)
-        assert r.status_code == 200
-        if body.get("stream"):
-            assert r.text.rstrip().endswith('data: {"type": "message_stop"}')
-            continue
-        data = r.json()
-        answer = data["answer"] if "answer" in data else data["choices"][0]["message"]["content"]
-        seen.update(k for k, a in ANSWERS.items() if a.text == answer)
-    assert seen == set(ANSWER_KINDS)
+    with serve(proxy) as gateway:
+        for i, line in enumerate(lines):
+            if not line.startswith("  curl ") or " -d " not in line:
+                continue
+            posts += 1
+            command = shlex.split(line)
+            target = next(a for a in command if a.startswith("http://gw:8080/"))
+            body = json.loads(command[command.index("-d") + 1])
+            headers = dict(
+                h.split(": ", 1) for j, h in enumerate(command) if j and command[j - 1] == "-H"
+            )
+            r = httpx.post(gateway + target.removeprefix("http://gw:8080"), json=body,
+                           headers=headers, timeout=10)
+            expected = re.search(r"-> (\w+)", lines[i - 1])
+            if expected is not None:
+                promised.append(expected.group(1))
+                assert r.headers["x-citewarden-decision"] == expected.group(1), lines[i - 1]
+                assert r.status_code == (422 if expected.group(1) == "blocked" else 200)
+            else:
+                assert r.status_code == 200, r.text
+            if body.get("stream"):
+                assert "message_stop" in r.text or "event: error" in r.text
+                continue
+            if r.status_code == 200 and "choices" in r.json():
+                content = r.json()["choices"][0]["message"]["content"]
+                seen.update(k for k, a in ANSWERS.items() if a.text == content)
+    assert posts == len(DEMO_QUESTIONS) + 3
+    assert {"released", "partial", "abstained", "blocked"} <= set(promised)
+    assert "good" in seen
     snippet = "\n".join(
         line[2:] for line in text.split("With the OpenAI SDK:")[1].splitlines() if line[:2] == "  "
     )
@@ -432,7 +452,7 @@ def test_banner_examples_are_runnable(url: str) -> None:
 
 @pytest.mark.parametrize("with_prompt", [True, False], ids=["chunks-in-request", "header-only"])
 def test_demo_policy_gives_each_kind_its_decision(url: str, with_prompt: bool) -> None:
-    proxy, *_ = build(Settings(upstream=url, policies=[str(DEMO_POLICY)]))
+    proxy, *_ = build(Settings(upstream=url, policies=[str(p) for p in DEMO_POLICIES]))
     system: list[ChatCompletionMessageParam] = (
         [{"role": "system", "content": demo_context_system_prompt()}] if with_prompt else []
     )

@@ -35,13 +35,21 @@ def banner(gateway_url: str, admin_url: str) -> str:
     lines = [
         "citewarden demo: the gateway is verifying answers from the embedded demo upstream",
         f"  gateway  {gateway_url}    admin  {admin_url}/metrics  {admin_url}/healthz",
-        "  (policy: gateway/demo/policy.yaml; the answers cite a fictional battery's handbook)",
+        "  (policies: gateway/demo/policy-strict.yaml, gateway/demo/policy.yaml;",
+        "   the answers cite a fictional battery's handbook)",
         "",
         "Ask through the gateway; x-citewarden-decision says what happened:",
     ]
     for question, kind in DEMO_QUESTIONS.items():
         body = {"model": DEMO_MODEL, "messages": [{"role": "user", "content": question}]}
         lines += ["", f"  # {kind}: {_OUTCOME[kind]}", f"  {_curl(chat, body)}"]
+    bad = next(q for q, kind in DEMO_QUESTIONS.items() if kind == "partial")
+    body = {"model": DEMO_MODEL, "messages": [{"role": "user", "content": bad}]}
+    lines += [
+        "",
+        "  # the same partly hallucinated answer under the strict policy -> blocked (HTTP 422)",
+        f"  {_curl(chat, body, 'x-demo-policy: strict')}",
+    ]
     stream = {
         "model": DEMO_MODEL,
         "max_tokens": 512,
