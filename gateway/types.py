@@ -5,11 +5,41 @@ Nothing here does I/O or knows a protocol; these are the nouns the rest of the g
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, TypeVar
+
+_T = TypeVar("_T")
+
+
+def _quick_init(cls: type[_T]) -> type[_T]:
+    """Give a frozen, slotted dataclass a quicker `__init__` with the same signature.
+
+    The generated one sets each field through `object.__setattr__` (a frozen class refuses
+    plain assignment); calling each slot's descriptor directly does the same in about half
+    the time, which counts for the values made per claim of every answer.
+    """
+    params: list[str] = []
+    body: list[str] = []
+    ns: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if not f.init or f.default_factory is not dataclasses.MISSING or f.kw_only:
+            raise TypeError(f"{cls.__name__}.{f.name}: only plain fields are supported")
+        if f.default is dataclasses.MISSING:
+            params.append(f.name)
+        else:
+            ns[f"_d_{f.name}"] = f.default
+            params.append(f"{f.name}=_d_{f.name}")
+        ns[f"_s_{f.name}"] = getattr(cls, f.name).__set__
+        body.append(f"    _s_{f.name}(self, {f.name})")
+    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body), ns)
+    init: Callable[..., None] = ns["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
 
 # --------------------------------------------------------------------------------------------
 # Context
@@ -52,14 +82,15 @@ def _fingerprint(chunks: Iterable[Chunk]) -> str:
         )
         for c in chunks
     )
-    h = hashlib.sha256()
-    for cid, text_hash, version in triples:
-        # Length-prefix each field so ("a", "bc") and ("ab", "c") never collide.
-        for part in (cid, text_hash, version):
+    # Length-prefix each field so ("a", "bc") and ("ab", "c") never collide. One update of
+    # the joined fields hashes the same bytes as one update per field, with less overhead.
+    out: list[bytes] = []
+    for triple in triples:
+        for part in triple:
             b = part.encode()
-            h.update(len(b).to_bytes(4, "big"))
-            h.update(b)
-    return h.hexdigest()
+            out.append(len(b).to_bytes(4, "big"))
+            out.append(b)
+    return hashlib.sha256(b"".join(out)).hexdigest()
 
 
 @dataclass(slots=True)
@@ -73,11 +104,16 @@ class ContextSet:
     chunks: dict[str, Chunk] = field(default_factory=dict)
     documents: list[Document] = field(default_factory=list)
     search_results: list[Document] = field(default_factory=list)
+    # The last fingerprint and the chunks it was computed from.
+    _fp: tuple[tuple[Chunk, ...], str] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def add(self, chunk: Chunk) -> None:
         have = self.chunks.get(chunk.id)
         if have is None or (have.text is None and chunk.text is not None):
             self.chunks[chunk.id] = chunk
+            self._fp = None
 
     def extend(self, chunks: Iterable[Chunk]) -> None:
         for c in chunks:
@@ -88,7 +124,18 @@ class ContextSet:
 
     @property
     def fingerprint(self) -> str:
-        return _fingerprint(self.chunks.values())
+        """sha256 over the sorted (id, sha256(text), version) triples of the chunks.
+
+        Cached: `chunks` is a public dict that may be changed without `add`, so the cached
+        value is reused only while it holds the very same (frozen) chunks, in the same order.
+        """
+        now = tuple(self.chunks.values())
+        got = self._fp
+        if got is not None and got[0] == now:
+            return got[1]
+        fp = _fingerprint(now)
+        self._fp = (now, fp)
+        return fp
 
 
 # --------------------------------------------------------------------------------------------
@@ -110,6 +157,7 @@ class NativeLocation:
     end: int | None = None  # end_char_index / end_page_number / end_block_index (exclusive)
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class Citation:
     """A citation attached to a claim.
@@ -128,6 +176,7 @@ class Citation:
     native: NativeLocation | None = None
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class Claim:
     """A sentence or list item whose truth depends on its citations.
@@ -179,6 +228,7 @@ class Status(enum.Enum):
     ERROR = "error"
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class CheckResult:
     """The outcome of one check on one claim. A value, never an exception.
@@ -210,6 +260,7 @@ class CheckResult:
 Verdict = Literal["verified", "failed", "errored", "exempt"]
 
 
+@_quick_init
 @dataclass(frozen=True, slots=True)
 class ClaimReport:
     """A claim's verdict: the first non-pass result in policy check order decides it."""
