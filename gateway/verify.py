@@ -22,8 +22,6 @@ from gateway.checks.base import (
     Check,
     ClaimFacts,
     FactsCheck,
-    check_safely,
-    run_safely,
 )
 from gateway.citations import CitationParser
 from gateway.claims import ClaimSegmenter
@@ -210,23 +208,36 @@ class Verifier:
         if claim.exempt:
             return ClaimReport(claim, "exempt")
         facts = ClaimFacts(claim, ctx)  # shared by the checks of this claim
+        # The isolation of `check_safely` / `run_safely`, inlined: in 3.11 a try block costs
+        # nothing until something raises, while a helper call per check and claim does.
         for i, fast, plain in self._plan:
-            if fast is not None:
-                r = check_safely(fast, facts)
-            elif plain is not None:
-                r = run_safely(plain, claim, ctx)
-            else:
-                r = pending[i][k]
-            match r.status:
-                case Status.PASS:
-                    continue
-                case Status.FAIL:
-                    return ClaimReport(claim, "failed", reason=r.reason, check=r.check,
-                                       detail=r.detail)
-                case Status.ERROR:
-                    return ClaimReport(claim, "errored", error_kind=r.kind, check=r.check,
-                                       detail=r.detail)
+            try:
+                if fast is not None:
+                    r = fast.check(facts)
+                elif plain is not None:
+                    r = plain.run(claim, ctx)
+                else:
+                    r = pending[i][k]
+            except Exception as exc:  # a check bug must not release an unverified claim
+                r = CheckResult.error(self.checks[i].name, "crash", type(exc).__name__)
+            if r.__class__ is not CheckResult and not isinstance(r, CheckResult):
+                r = CheckResult.error(
+                    self.checks[i].name, "crash", "check returned no CheckResult"
+                )
+            status = r.status
+            if status is _PASS:
+                continue
+            if status is _FAIL:
+                return ClaimReport(claim, "failed", reason=r.reason, check=r.check,
+                                   detail=r.detail)
+            if status is _ERROR:
+                return ClaimReport(claim, "errored", error_kind=r.kind, check=r.check,
+                                   detail=r.detail)
+            raise ValueError(f"unknown check status {status!r}")
         return ClaimReport(claim, "verified")
+
+
+_PASS, _FAIL, _ERROR = Status.PASS, Status.FAIL, Status.ERROR
 
 
 async def _run_batch(
