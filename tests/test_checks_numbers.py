@@ -94,7 +94,9 @@ def test_numbers_in() -> None:
 
 
 _NUMBERISH = st.lists(
-    st.sampled_from([*"0123456789.,-−–$€ %kWhmillon()[{\t\n", "٣", "°C", "per cent", "bn"])
+    st.sampled_from(
+        [*"0123456789.,-−–$€ %kWhmillon()[{\t\n_v²", "٣", "°C", "per cent", "bn", "é"]
+    )
 ).map("".join)
 
 

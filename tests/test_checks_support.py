@@ -1,4 +1,7 @@
-from gateway.checks.support import LexicalSupport, content_words
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.checks.support import _TOKEN, STOPWORDS, LexicalSupport, content_words
 from gateway.citations import CitationParser
 from gateway.policy import Citations
 from gateway.types import Chunk, Claim, ContextSet, Status
@@ -49,3 +52,22 @@ def test_textless_chunk_is_source_text_unavailable() -> None:
 
 def test_content_words_drop_stopwords_numbers_and_markers() -> None:
     assert content_words("The 2021 reactor is in the plant") == {"reactor", "plant"}
+
+
+def _content_words_by_pattern(text: str) -> frozenset[str]:
+    text = text.replace("’", "'")
+    words = set(map(str.lower, _TOKEN.findall(text))) - STOPWORDS
+    return frozenset(w for w in words if len(w) >= 3 and not w.isdigit())
+
+
+_WORDISH = st.text(alphabet=st.characters(max_codepoint=127)) | st.lists(
+    st.sampled_from(
+        ["'", "''", " ", "Don", "t", "ABC", "abc", "120", "3", "_", "-", "The", "x'yz", "é", "’"]
+    )
+).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_WORDISH)
+def test_ascii_fast_path_equals_the_token_pattern(text: str) -> None:
+    assert content_words(text) == _content_words_by_pattern(text)

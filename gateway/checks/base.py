@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 from decimal import Decimal
 from functools import lru_cache
+from operator import attrgetter
 from typing import Protocol, runtime_checkable
 
 from gateway.types import CheckResult, Chunk, Claim, ContextSet
@@ -94,13 +95,24 @@ def check_safely(check: FactsCheck, facts: ClaimFacts) -> CheckResult:
 def claim_body(claim: Claim) -> str:
     """The claim text with its citation markers blanked out (same length, offsets kept)."""
     text = claim.text
-    marked = [c for c in claim.citations if c.start >= 0]
+    cits = claim.citations
+    if not cits:
+        return text
+    origin = claim.start if claim.start > 0 else 0
+    if len(cits) == 1:  # the usual claim: one marker, blanked by one slice
+        c = cits[0]
+        if c.start < 0:
+            return text
+        s, e = c.start - origin, c.end - origin
+        if s < 0 or e > len(text):
+            return text
+        return text[:s] + " " * (e - s) + text[e:]
+    marked = [c for c in cits if c.start >= 0]
     if not marked:
         return text
-    origin = max(claim.start, 0)
     parts: list[str] = []
     pos = 0
-    for c in sorted(marked, key=lambda c: c.start):
+    for c in sorted(marked, key=_START):
         s, e = c.start - origin, c.end - origin
         if s < pos or e > len(text):
             continue
@@ -109,6 +121,9 @@ def claim_body(claim: Claim) -> str:
         pos = e
     parts.append(text[pos:])
     return "".join(parts)
+
+
+_START = attrgetter("start")
 
 
 def cited_chunks(claim: Claim, ctx: ContextSet) -> tuple[list[Chunk], bool]:

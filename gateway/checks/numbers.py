@@ -60,7 +60,9 @@ def _matches(text: str) -> list[re.Match[str]]:
 
     Its leading lookbehinds make a scan of every position slow. A match starts at a run of
     digits or at most four characters before it ([sign][currency][space][.]); inside a run
-    the lookbehind fails, so each run is tried once."""
+    the lookbehind fails, so each run is tried once. A start right after a word character,
+    "." or "," fails that lookbehind (`\\w` is `str.isalnum()` or "_"), so it is skipped
+    without calling the pattern."""
     out: list[re.Match[str]] = []
     pos = 0
     while True:
@@ -78,6 +80,10 @@ def _matches(text: str) -> list[re.Match[str]]:
         if j > pos and text[j - 1] in _SIGN:
             j -= 1
         for i in range(j, d + 1):
+            if i:
+                before = text[i - 1]
+                if before.isalnum() or before in "_.,":
+                    continue
             m = _NUMBER.match(text, i)
             if m is not None:
                 out.append(m)
@@ -91,7 +97,7 @@ def numbers_in(text: str) -> list[Quantity]:
     """The numbers of `text` as exact values with percent-ness and known unit."""
     out: list[Quantity] = []
     for m in _matches(text):
-        num, sign, scale, pct, unit = m.group("num", "sign", "scale", "pct", "unit")
+        sign, _, num, scale, pct, unit = m.groups()
         try:
             value = Decimal(num.replace(",", "") if "," in num else num)
         except InvalidOperation:  # pragma: no cover - the pattern only admits digits
@@ -100,8 +106,11 @@ def numbers_in(text: str) -> list[Quantity]:
             value = -value
         if scale:
             value *= _SCALES[scale.lower()]
-        unit = unit.lower() if unit else ""
-        if unit not in _UNITS:
+        if unit:
+            unit = unit.lower()
+            if unit not in _UNITS:
+                unit = ""
+        else:
             unit = ""
         out.append((value.normalize(), pct is not None, unit))
     return out

@@ -30,12 +30,40 @@ _STOPWORDS_WORDS = """
 STOPWORDS = frozenset(_STOPWORDS_WORDS.split())
 
 
+# ASCII text: lowercase letters and digits stay, apostrophes stay (a token may hold one
+# between letters), everything else becomes a space; split then yields the tokens, lowercased.
+_ASCII_FOLD = bytes.maketrans(
+    bytes(range(128)),
+    bytes(
+        c + 32 if 65 <= c <= 90 else c if 97 <= c <= 122 or 48 <= c <= 57 or c == 39 else 32
+        for c in range(128)
+    ),
+)
+_ASCII_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z0-9]+)*")
+
+
 def content_words(text: str) -> frozenset[str]:
-    if "’" in text:  # the token pattern treats ’ and ' alike, so fold before splitting
-        text = text.replace("’", "'")
-    words = set(map(str.lower, _TOKEN.findall(text)))
+    words: set[str]
+    if text.isascii():
+        # `_TOKEN` on ASCII text, lowercased, without a regex scan: for ASCII, `[^\W_]` is
+        # [A-Za-z0-9] and lowercasing is per character. Only pieces with an apostrophe need
+        # the pattern (it drops a leading / trailing / doubled one).
+        pieces = text.encode().translate(_ASCII_FOLD).decode().split()
+        if "'" in text:
+            words = set()
+            for p in pieces:
+                if "'" in p:
+                    words.update(_ASCII_TOKEN.findall(p))
+                else:
+                    words.add(p)
+        else:
+            words = set(pieces)
+    else:
+        if "’" in text:  # the token pattern treats ’ and ' alike, so fold before splitting
+            text = text.replace("’", "'")
+        words = set(map(str.lower, _TOKEN.findall(text)))
     words -= STOPWORDS
-    return frozenset(w for w in words if len(w) >= 3 and not w.isdigit())
+    return frozenset([w for w in words if len(w) >= 3 and not w.isdigit()])
 
 
 class LexicalSupport(FactsCheck):
