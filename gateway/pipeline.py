@@ -86,7 +86,8 @@ class RoutePipeline:
         """Verify every claim of `answer` and decide.
 
         `known` holds verdicts a stream verifier already reached for claims of the primary text
-        channel, keyed by (start, end, text); those claims are not checked twice.
+        channel, keyed by (start, end, text); a claim found there with the same citations is
+        not checked twice, any other claim is.
         """
         t0 = time.perf_counter()
         claims = self.verifier.claims(answer)
@@ -98,7 +99,7 @@ class RoutePipeline:
             todo: list[Claim] = []
             for c in claims:
                 hit = known.get((c.start, c.end, c.text)) if c.channel == primary else None
-                if hit is None:
+                if hit is None or hit.claim.citations != c.citations:
                     todo.append(c)
                 else:
                     reused[c.index] = dataclasses.replace(hit, claim=c)

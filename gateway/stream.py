@@ -19,10 +19,11 @@ from typing import Any
 from gateway.claims import Segment
 from gateway.errors import ProtocolError
 from gateway.pipeline import Judgement, RoutePipeline
+from gateway.protocols.anthropic_messages import native_citation
 from gateway.protocols.base import channel_key
 from gateway.release import template_text
 from gateway.sse import SSEEvent, encode
-from gateway.types import Answer, Claim, ClaimReport, ContextSet, Decision, Outcome
+from gateway.types import Answer, Citation, Claim, ClaimReport, ContextSet, Decision, Outcome
 
 Json = dict[str, Any]
 
@@ -205,6 +206,44 @@ def _native_json(native: Any) -> Json:
     return out
 
 
+class _NativeSpans:
+    """Anthropic native citations seen so far, as (start, end) spans of the primary text.
+
+    Mirrors what `parse_body` builds for the whole message — each citation spans its text
+    block — so a claim verified mid-stream carries the same citations it will have in the
+    final answer (RoutePipeline.judge re-checks any claim whose citations differ).
+    """
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple[int, list[Citation]]] = []  # (start offset, citations)
+
+    def observe(self, event: SSEEvent, offset: int) -> None:
+        data = event.data
+        if '"content_block_start"' not in data and '"citations_delta"' not in data:
+            return
+        try:
+            parsed = json.loads(data)
+            if parsed.get("type") == "content_block_start":
+                block = parsed.get("content_block") or {}
+                if block.get("type") == "text":
+                    cits = [native_citation(c) for c in block.get("citations") or []]
+                    self.blocks.append((offset, [c for c in cits if c is not None]))
+            elif parsed.get("type") == "content_block_delta" and self.blocks:
+                cit = native_citation((parsed.get("delta") or {}).get("citation"))
+                if cit is not None:
+                    self.blocks[-1][1].append(cit)
+        except (ValueError, AttributeError, ProtocolError):
+            return  # the parser reports a broken stream; judge re-checks mismatched claims
+
+    def overlapping(self, start: int, end: int, length: int) -> tuple[Citation, ...]:
+        out: list[Citation] = []
+        for i, (s, cits) in enumerate(self.blocks):
+            e = self.blocks[i + 1][0] if i + 1 < len(self.blocks) else length
+            if (s < end and e > start) or (s == e and start <= s <= end):
+                out.extend(cits)
+        return tuple(out)
+
+
 class StreamVerifier:
     """Parses a stream event by event and verifies each claim of the primary text channel as
     soon as it is complete, so little is left to check when the stream ends.
@@ -222,14 +261,19 @@ class StreamVerifier:
         self.known: dict[tuple[int, int, str], ClaimReport] = {}
         self.count = 0
         self.seconds = 0.0
+        self.length = 0  # primary text seen so far
+        self.native = _NativeSpans() if pipeline.route.protocol == "anthropic-messages" else None
 
     def feed(self, event: SSEEvent) -> tuple[str, list[ClaimReport]]:
         """The primary text this event adds, and the claims it completed, verified."""
+        if self.native is not None:
+            self.native.observe(event, self.length)
         added: list[str] = []
         reports: list[ClaimReport] = []
         for key, delta in self.parser.feed(event):
             if key == self.primary:
                 added.append(delta)
+                self.length += len(delta)
                 reports.extend(self._verify(seg) for seg in self.segmenter.feed(delta))
         return "".join(added), reports
 
@@ -239,7 +283,10 @@ class StreamVerifier:
         return reports, self.parser.finish()
 
     def _verify(self, seg: Segment) -> ClaimReport:
-        claim = Claim(self.count, 0, seg.text, seg.start, seg.end, seg.citations, seg.exempt)
+        citations = seg.citations
+        if self.native is not None:
+            citations += self.native.overlapping(seg.start, seg.end, self.length)
+        claim = Claim(self.count, 0, seg.text, seg.start, seg.end, citations, seg.exempt)
         self.count += 1
         t0 = time.perf_counter()
         try:

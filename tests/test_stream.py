@@ -14,7 +14,7 @@ from gateway.sse import SSEDecoder, SSEEvent
 from gateway.stream import ProgressiveRelease, StreamVerifier
 from gateway.types import Chunk, ContextSet
 from tests.gateway_harness import write_policy
-from tests.upstream_app import anthropic_sse, openai_sse
+from tests.upstream_app import anthropic_sse, openai_sse, split_random
 
 CTX = ContextSet()
 CTX.add(Chunk("a:1", "The pump moves 40 litres per minute and weighs 12 kg.", "1"))
@@ -109,3 +109,26 @@ def test_a_stream_cut_short_ends_with_an_error_event(tmp_path: Path) -> None:
     assert b'"error"' in out
     assert b"data: [DONE]\n" not in out.splitlines(keepends=True)
     assert release.decision == "error"
+
+
+def test_native_citations_are_attached_while_streaming(tmp_path: Path) -> None:
+    """Claims verified mid-stream carry the same Anthropic native citations as the final
+    answer's claims, so their verdicts are reused rather than re-checked."""
+    fixtures = Path(__file__).parent / "fixtures" / "anthropic_messages"
+    pipeline = _pipeline(tmp_path, "anthropic-messages")
+    request = json.loads((fixtures / "request_stream.json").read_text())
+    ctx = pipeline.context(request, None, {})
+    verifier = StreamVerifier(pipeline, ctx)
+    decoder = SSEDecoder()
+    for piece in split_random((fixtures / "native_good.sse").read_bytes(), seed=2, max_piece=11):
+        for ev in decoder.feed(piece):
+            verifier.feed(ev)
+    for ev in decoder.finish():
+        verifier.feed(ev)
+    _, answer = verifier.finish()
+    final = pipeline.verifier.claims(answer)
+    streamed = {(c.start, c.end, c.text): c for c in (r.claim for r in verifier.known.values())}
+    assert final and all(c.citations for c in final)
+    for claim in final:
+        assert streamed[(claim.start, claim.end, claim.text)].citations == claim.citations
+    assert pipeline.judge(answer, ctx, verifier.known).outcome.decision.value == "released"
