@@ -144,25 +144,57 @@ def parse_body(body: Mapping[str, object]) -> Answer:
     return answer
 
 
+_HEAD_KEYS = ("id", "created", "model", "system_fingerprint", "service_tier")
+_TEXT_KEYS = frozenset({"content", "refusal", *_REASONING_KEYS})
+_CHOICE_CHUNK_KEYS = frozenset({"index", "delta", "finish_reason", "logprobs"})
+
+
+def _channel_keys(i: int) -> dict[str, str]:
+    """Channel keys of choice `i`'s text fields, by delta field."""
+    mpath = ("choices", i, "message")
+    keys = {k: channel_key((*mpath, k)) for k in _TEXT_KEYS}
+    keys["function_call"] = channel_key((*mpath, "function_call", "arguments"))
+    keys["audio"] = channel_key((*mpath, "audio", "transcript"))
+    return keys
+
+
+class _ChoiceState:
+    """One choice being assembled, with its channel keys built once."""
+
+    __slots__ = ("extra", "finish", "keys", "logprobs", "msg", "parts", "tools")
+
+    def __init__(self, i: int) -> None:
+        self.msg: Json = {}
+        self.parts: dict[str, list[str]] = {}
+        self.tools: dict[int, Json] = {}
+        self.finish: object = None
+        self.logprobs: dict[str, list[Any]] | None = None
+        self.extra: Json = {}
+        self.keys = _channel_keys(int(i))
+
+
 class OpenAIStreamParser:
     """Assembles `chat.completion.chunk` events into the body the JSON API would have sent."""
 
     def __init__(self) -> None:
         self._head: Json = {}
-        self._choices: dict[int, Json] = {}
+        self._head_missing: tuple[str, ...] = _HEAD_KEYS
+        self._choices: dict[int, _ChoiceState] = {}
         self._usage: object = None
         self._done = False
 
     def feed(self, event: SSEEvent) -> list[TextDelta]:
         if self._done:
             return []
-        if event.data.strip() == "[DONE]":
+        data = event.data
+        # A JSON object starts with "{" (after any whitespace); only other data can be [DONE].
+        if not data.startswith("{") and data.strip() == "[DONE]":
             self._done = True
             return []
         if event.event == "error":
             raise ProtocolError("openai-chat: the stream carried an error event")
         try:
-            chunk = json.loads(event.data)
+            chunk = json.loads(data)
         except ValueError as exc:
             raise ProtocolError("openai-chat: stream event is not JSON") from exc
         if not isinstance(chunk, dict):
@@ -172,14 +204,22 @@ class OpenAIStreamParser:
         obj = chunk.get("object")
         if obj is not None and obj != "chat.completion.chunk":
             raise ProtocolError(f"openai-chat: unexpected stream object {obj!r}")
-        for k in ("id", "created", "model", "system_fingerprint", "service_tier"):
-            if k in chunk and k not in self._head:
-                self._head[k] = chunk[k]
+        if self._head_missing:
+            found = [k for k in self._head_missing if k in chunk]
+            if found:
+                for k in found:
+                    self._head[k] = chunk[k]
+                self._head_missing = tuple(k for k in _HEAD_KEYS if k not in self._head)
         if chunk.get("usage") is not None:
             self._usage = chunk["usage"]
         choices = chunk.get("choices")
         if not isinstance(choices, list):
             raise ProtocolError("openai-chat: stream chunk has no choices list")
+        if len(choices) == 1:  # the usual chunk: no list to merge
+            c = choices[0]
+            if not isinstance(c, dict) or not isinstance(c.get("index"), int):
+                raise ProtocolError("openai-chat: stream choice without index")
+            return self._choice(c)
         out: list[TextDelta] = []
         for c in choices:
             if not isinstance(c, dict) or not isinstance(c.get("index"), int):
@@ -189,64 +229,70 @@ class OpenAIStreamParser:
 
     def _choice(self, c: Json) -> list[TextDelta]:
         i: int = c["index"]
-        st = self._choices.setdefault(
-            i, {"msg": {}, "parts": {}, "tools": {}, "finish": None, "logprobs": None, "extra": {}}
-        )
+        st = self._choices.get(i)
+        if st is None:
+            st = self._choices[i] = _ChoiceState(i)
+        # An index of true shares choice 1's state but keeps its own name in the keys.
+        keys = st.keys if type(i) is int else _channel_keys(i)
         out: list[TextDelta] = []
-        mpath = ("choices", i, "message")
-        if c.get("finish_reason") is not None:
-            st["finish"] = c["finish_reason"]
+        finish = c.get("finish_reason")
+        if finish is not None:
+            st.finish = finish
         lp = c.get("logprobs")
         if isinstance(lp, dict):
-            acc = st["logprobs"] = st["logprobs"] or {}
+            acc = st.logprobs = st.logprobs or {}
             for k, v in lp.items():
                 if isinstance(v, list):
                     acc.setdefault(k, []).extend(v)
-        for k, v in c.items():
-            if k not in ("index", "delta", "finish_reason", "logprobs"):
-                st["extra"][k] = v
+        if len(c) > 4 or not c.keys() <= _CHOICE_CHUNK_KEYS:
+            for k, v in c.items():
+                if k not in _CHOICE_CHUNK_KEYS:
+                    st.extra[k] = v
         delta = c.get("delta") or {}
         if not isinstance(delta, dict):
             raise ProtocolError("openai-chat: stream delta is not an object")
-        parts: dict[str, list[str]] = st["parts"]
+        parts = st.parts
         for key, value in delta.items():
             if value is None:
                 continue
-            if key in ("content", "refusal", *_REASONING_KEYS) and isinstance(value, str):
-                parts.setdefault(key, []).append(value)
+            if key in _TEXT_KEYS and isinstance(value, str):
+                if key in parts:
+                    parts[key].append(value)
+                else:
+                    parts[key] = [value]
                 if value:
-                    out.append((channel_key((*mpath, key)), value))
+                    out.append((keys[key], value))
             elif key == "role":
-                st["msg"]["role"] = value
+                st.msg["role"] = value
             elif key == "tool_calls" and isinstance(value, list):
                 for tc in value:
                     out.extend(self._tool_delta(st, i, tc))
             elif key == "function_call" and isinstance(value, dict):
-                fc = st["msg"].setdefault("function_call", {"name": "", "arguments": ""})
+                fc = st.msg.setdefault("function_call", {"name": "", "arguments": ""})
                 fc["name"] += value.get("name") or ""
                 args = value.get("arguments") or ""
                 fc["arguments"] += args
                 if args:
-                    out.append((channel_key((*mpath, "function_call", "arguments")), args))
+                    out.append((keys["function_call"], args))
             elif key == "audio" and isinstance(value, dict):
-                audio = st["msg"].setdefault("audio", {})
+                audio = st.msg.setdefault("audio", {})
                 for ak, av in value.items():
                     if ak in ("transcript", "data") and isinstance(av, str):
                         audio[ak] = audio.get(ak, "") + av
                         if ak == "transcript" and av:
-                            out.append((channel_key((*mpath, "audio", "transcript")), av))
+                            out.append((keys["audio"], av))
                     else:
                         audio[ak] = av
             elif key == "annotations" and isinstance(value, list):
-                st["msg"].setdefault("annotations", []).extend(value)
+                st.msg.setdefault("annotations", []).extend(value)
             else:
-                st["msg"][key] = value
+                st.msg[key] = value
         return out
 
-    def _tool_delta(self, st: Json, i: int, tc: object) -> list[TextDelta]:
+    def _tool_delta(self, st: _ChoiceState, i: int, tc: object) -> list[TextDelta]:
         if not isinstance(tc, dict) or not isinstance(tc.get("index"), int):
             raise ProtocolError("openai-chat: tool call delta without index")
-        call = st["tools"].setdefault(
+        call = st.tools.setdefault(
             tc["index"], {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
         )
         if tc.get("id"):
@@ -277,24 +323,24 @@ class OpenAIStreamParser:
                 body[k] = self._head[k]
         for i in sorted(self._choices):
             st = self._choices[i]
-            msg: Json = {"role": st["msg"].pop("role", "assistant")}
+            msg: Json = {"role": st.msg.pop("role", "assistant")}
             for key in ("content", "refusal"):
                 # The opening role frame carries content ""; with nothing after it the
                 # non-streaming API would have sent null.
-                msg[key] = "".join(st["parts"].get(key, [])) or None
+                msg[key] = "".join(st.parts.get(key, [])) or None
             for key in _REASONING_KEYS:
-                if key in st["parts"]:
-                    msg[key] = "".join(st["parts"][key])
-            if st["tools"]:
-                msg["tool_calls"] = [st["tools"][k] for k in sorted(st["tools"])]
-            msg.update(st["msg"])
+                if key in st.parts:
+                    msg[key] = "".join(st.parts[key])
+            if st.tools:
+                msg["tool_calls"] = [st.tools[k] for k in sorted(st.tools)]
+            msg.update(st.msg)
             choice: Json = {
                 "index": i,
                 "message": msg,
-                "finish_reason": st["finish"],
-                "logprobs": st["logprobs"],
+                "finish_reason": st.finish,
+                "logprobs": st.logprobs,
             }
-            choice.update(st["extra"])
+            choice.update(st.extra)
             body["choices"].append(choice)
         if self._usage is not None:
             body["usage"] = self._usage
