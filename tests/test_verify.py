@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.checks.base import run_safely
+from gateway.checks.base import ClaimFacts, FactsCheck, run_safely
 from gateway.checks.ids import MissingCitation
 from gateway.policy import Policy
 from gateway.types import (
@@ -252,6 +252,43 @@ def test_crashing_sync_check_is_errored() -> None:
 
     r = Verifier(make_policy(), checks=[Boom()]).verify(answer("Wind [b:2]."), CTX)
     assert (r.claims[0].verdict, r.claims[0].error_kind) == ("errored", "crash")
+
+
+class _CrashingFacts(FactsCheck):
+    name = "boom"
+
+    def check(self, facts: ClaimFacts) -> CheckResult:
+        raise KeyError("x")
+
+
+class _NoResult(FactsCheck):
+    name = "none"
+
+    def check(self, facts: ClaimFacts) -> CheckResult:
+        return "pass"  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    ("checks", "check", "detail"),
+    [
+        ([MissingCitation(), _CrashingFacts()], "boom", "KeyError"),
+        ([_NoResult(), MissingCitation()], "none", "check returned no CheckResult"),
+    ],
+)
+def test_a_crashing_facts_check_errors_its_claim_only(
+    checks: list[FactsCheck], check: str, detail: str
+) -> None:
+    # Each check runs isolated: the crash is reported for the check that crashed, on every
+    # claim it reaches, and an earlier failing check still decides its own claims first.
+    r = Verifier(make_policy(), checks=checks).verify(answer("Wind [b:2]. No citation."), CTX)
+    first, second = r.claims
+    assert (first.verdict, first.error_kind, first.check, first.detail) == (
+        "errored", "crash", check, detail
+    )
+    if check == "boom":
+        assert (second.verdict, second.reason) == ("failed", "missing_citation")
+    else:
+        assert (second.verdict, second.check) == ("errored", "none")
 
 
 def test_rejects_objects_that_are_not_checks() -> None:

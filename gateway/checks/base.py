@@ -233,6 +233,19 @@ class ClaimFacts:
         """`source_texts` of the claim, indexed, and whether a cited source has no text."""
         got = self._sources
         if got is None:
-            texts, textless = source_texts(self.claim, self.ctx)
-            got = self._sources = ([source_text(t) for t in texts], textless)
+            cits = self.claim.citations
+            c = cits[0] if len(cits) == 1 else None
+            if c is not None and c.malformed is None and c.native is None:
+                # The usual claim: one well-formed marker.
+                chunk = self.ctx.chunks.get(c.id)
+                if chunk is None:
+                    got = ([], False)
+                elif chunk.text is None:
+                    got = ([], True)
+                else:
+                    got = ([source_text(chunk.text)], False)
+            else:
+                texts, textless = source_texts(self.claim, self.ctx)
+                got = ([source_text(t) for t in texts], textless)
+            self._sources = got
         return got

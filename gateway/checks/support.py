@@ -78,10 +78,14 @@ class LexicalSupport(FactsCheck):
         if not words:
             return self._ok
         indexed, textless = facts.sources()
-        seen: set[str] = set()
-        for s in indexed:
-            seen |= words & s.words
-        support = len(seen) / len(words)
+        if len(indexed) == 1:
+            found = len(words & indexed[0].words)
+        else:
+            seen: set[str] = set()
+            for s in indexed:
+                seen |= words & s.words
+            found = len(seen)
+        support = found / len(words)
         if support >= self.threshold:
             return self._ok
         if textless:
