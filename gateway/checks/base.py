@@ -5,6 +5,7 @@ A sync check is pure and local; an async check may call a remote service under a
 
 from __future__ import annotations
 
+import abc
 import re
 from collections.abc import Sequence
 from decimal import Decimal
@@ -57,14 +58,14 @@ class AsyncCheck(Protocol):
 AnyCheck = Check | AsyncCheck
 
 
-class FactsCheck:
+class FactsCheck(abc.ABC):
     """A sync check that reads a claim through `ClaimFacts`, so that the checks of one claim
     share its marker-free body and its cited sources (the verifier builds them once)."""
 
     name: str
 
-    def check(self, facts: ClaimFacts) -> CheckResult:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def check(self, facts: ClaimFacts) -> CheckResult: ...
 
     def run(self, claim: Claim, ctx: ContextSet) -> CheckResult:
         return self.check(ClaimFacts(claim, ctx))
