@@ -29,6 +29,7 @@ from gateway.protocols.base import (
     split_claims,
     template_text,
 )
+from gateway.protocols.slot import StringSlot, learn_slot
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Channel, Claim, ContextSet, Decision, Outcome, Report
 
@@ -173,6 +174,28 @@ class _ChoiceState:
         self.keys = _channel_keys(int(i))
 
 
+def _content_only(chunk: object) -> tuple[int, str] | None:
+    """(index, text) of a chunk that only adds content text to one choice: nothing else in it
+    changes a parser that has already read its head."""
+    if type(chunk) is not dict or chunk.get("usage") is not None or "error" in chunk:
+        return None
+    obj = chunk.get("object")
+    choices = chunk.get("choices")
+    if obj is not None and obj != "chat.completion.chunk":
+        return None
+    if type(choices) is not list or len(choices) != 1:
+        return None
+    c = choices[0]
+    if type(c) is not dict or not c.keys() <= _CHOICE_CHUNK_KEYS:
+        return None
+    i, delta = c.get("index"), c.get("delta")
+    if type(i) is not int or c.get("finish_reason") is not None or c.get("logprobs") is not None:
+        return None
+    if type(delta) is not dict or len(delta) != 1 or type(delta.get("content")) is not str:
+        return None
+    return i, delta["content"]
+
+
 class OpenAIStreamParser:
     """Assembles `chat.completion.chunk` events into the body the JSON API would have sent."""
 
@@ -182,6 +205,11 @@ class OpenAIStreamParser:
         self._choices: dict[int, _ChoiceState] = {}
         self._usage: object = None
         self._done = False
+        # The last content-only chunk around its text, for the chunks that repeat it; learnt
+        # a few times at most per stream (a chunk that varies elsewhere defeats it).
+        self._slot: StringSlot | None = None
+        self._slot_index = 0
+        self._slot_tries = 4
 
     def feed(self, event: SSEEvent) -> list[TextDelta]:
         if self._done:
@@ -193,10 +221,29 @@ class OpenAIStreamParser:
             return []
         if event.event == "error":
             raise ProtocolError("openai-chat: the stream carried an error event")
+        if self._slot is not None:
+            text = self._slot.match(data)
+            if text is not None:  # the same chunk as the slot's, but for its content
+                st = self._choices[self._slot_index]
+                st.parts["content"].append(text)
+                return [(st.keys["content"], text)] if text else []
         try:
             chunk = json.loads(data)
         except ValueError as exc:
             raise ProtocolError("openai-chat: stream event is not JSON") from exc
+        out = self._chunk(chunk)
+        if self._slot_tries:
+            known = _content_only(chunk)
+            if known is not None:
+                i, text = known
+                self._slot_tries -= 1
+                self._slot = learn_slot(
+                    data, "content", text, lambda v, p: _content_only(v) == (i, p)
+                )
+                self._slot_index = i
+        return out
+
+    def _chunk(self, chunk: object) -> list[TextDelta]:
         if not isinstance(chunk, dict):
             raise ProtocolError("openai-chat: stream event is not a JSON object")
         if "error" in chunk:
