@@ -203,3 +203,37 @@ def test_request_info(protocol: str) -> None:
     info = adapter.request_info(load(protocol, "request_stream.json"))
     assert info.stream and info.include_usage and info.n == 1
     assert not adapter.request_info(load(protocol, "request.json")).stream
+
+
+def test_anthropic_stream_parser_is_linear_in_block_size() -> None:
+    # Text and thinking deltas are kept as pieces: re-copying the block per delta was quadratic.
+    import time
+
+    from gateway.sse import SSEEvent
+
+    def run(n: int) -> float:
+        parser = get("anthropic-messages").stream_parser(ROUTES["anthropic-messages"])
+        start = {"type": "message_start", "message": {"content": []}}
+        parser.feed(SSEEvent(json.dumps(start)))
+        for i, kind in enumerate(("text", "thinking")):
+            block = {"type": "content_block_start", "index": i, "content_block": {"type": kind}}
+            parser.feed(SSEEvent(json.dumps(block)))
+        deltas = [
+            json.dumps(
+                {"type": "content_block_delta", "index": i, "delta": {"type": t, k: "w" * 40}}
+            )
+            for i, t, k in ((0, "text_delta", "text"), (1, "thinking_delta", "thinking"))
+        ]
+        events = [SSEEvent(deltas[k % 2]) for k in range(n)]
+        t0 = time.perf_counter()
+        for event in events:
+            parser.feed(event)
+        parser.feed(SSEEvent(json.dumps({"type": "message_stop"})))
+        body = parser.body()
+        elapsed = time.perf_counter() - t0
+        assert len(body["content"][0]["text"]) + len(body["content"][1]["thinking"]) == 40 * n
+        return elapsed
+
+    run(1_000)
+    small, big = run(10_000), run(100_000)
+    assert big < small * 30  # quadratic growth would be ~100x

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gateway.demo import wire
 from gateway.errors import ProtocolError
+from gateway.protocols.anthropic_messages import AnthropicStreamParser
 from gateway.protocols.openai_chat import OpenAIStreamParser
 from gateway.protocols.slot import StringSlot, learn_slot
 from gateway.sse import SSEEvent
@@ -110,6 +111,51 @@ def test_openai_parser_reads_repeated_chunks_like_a_full_parse(
     assert choice["finish_reason"] == finish[-1]
     logprobs = [t for c in sent if c["logprobs"] for t in c["logprobs"]["content"]]
     assert (choice["logprobs"] or {}).get("content", []) == logprobs
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_PIECE, max_size=12),
+    st.lists(_SPELLING, min_size=1, max_size=4),
+    st.lists(st.sampled_from(["", "error", "extra", "restart"]), max_size=16),
+)
+def test_anthropic_parser_reads_repeated_deltas_like_a_full_parse(
+    pieces: list[str], spellings: list[tuple[bool, Any]], changes: list[str]
+) -> None:
+    events = []
+    sent: list[str] = []  # every text delta
+    block: list[str] = []  # the text deltas since the block last started
+    failed = False
+    for k, (name, data) in enumerate(
+        wire.anthropic_events(
+            pieces, id="m", model="c", usage=wire.Usage(1, 2), stop_reason="end_turn", ping=True
+        )
+    ):
+        change = changes[k] if k < len(changes) else ""
+        text_delta = data["type"] == "content_block_delta"
+        if text_delta and change == "error":
+            events.append(SSEEvent(_dump(data, spellings[0]), event="error"))
+            failed = True
+            break
+        if text_delta and change == "extra":
+            data["delta"]["x"] = 1  # not a plain text_delta any more, but still text
+        if text_delta and change == "restart":
+            start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
+            events.append(SSEEvent(_dump(start, spellings[0]), event=start["type"]))
+            block.clear()
+        if text_delta:
+            sent.append(data["delta"]["text"])
+            block.append(data["delta"]["text"])
+        events.append(SSEEvent(_dump(data, spellings[k % len(spellings)]), event=name))
+    parser = AnthropicStreamParser()
+    if failed:
+        with pytest.raises(ProtocolError):
+            for e in events:
+                parser.feed(e)
+        return
+    deltas = [d for e in events for d in parser.feed(e)]
+    assert deltas == [("content", p) for p in sent if p]
+    assert parser.body()["content"][0]["text"] == "".join(block)
 
 
 def test_openai_chunks_matching_the_slot_keep_every_effect() -> None:

@@ -29,6 +29,7 @@ from gateway.protocols.base import (
     split_claims,
     template_text,
 )
+from gateway.protocols.slot import StringSlot, learn_slot
 from gateway.sse import SSEEvent
 from gateway.types import (
     Answer,
@@ -177,22 +178,66 @@ def parse_body(body: Mapping[str, object]) -> Answer:
     return answer
 
 
+_CONTENT_KEY = channel_key(CONTENT_PATH)
+_TEXT_DELTA_KEYS = frozenset({"type", "index", "delta"})
+_TEXT_DELTA_DELTA_KEYS = frozenset({"type", "text"})
+# Block fields that deltas extend: kept as pieces and joined once, in `body`.
+_GROWN = ("text", "thinking", "signature")
+
+
+def _text_delta(data: object) -> tuple[int, str] | None:
+    """(block index, text) of a plain text_delta event: it changes nothing but that text."""
+    if type(data) is not dict or data.get("type") != "content_block_delta":
+        return None
+    delta, idx = data.get("delta"), data.get("index")
+    if not data.keys() <= _TEXT_DELTA_KEYS or type(idx) is not int or type(delta) is not dict:
+        return None
+    if delta.keys() != _TEXT_DELTA_DELTA_KEYS or delta["type"] != "text_delta":
+        return None
+    text = delta["text"]
+    return (idx, text) if type(text) is str else None
+
+
 class AnthropicStreamParser:
     """Assembles message_start / content_block_* / message_delta events into a message."""
 
     def __init__(self) -> None:
         self._message: Json | None = None
         self._blocks: dict[int, Json] = {}
+        self._grown: dict[tuple[int, str], list[str]] = {}
         self._json_parts: dict[int, list[str]] = {}
         self._done = False
+        # The last plain text_delta around its text, for the events that repeat it; learnt a
+        # few times at most per stream.
+        self._slot: StringSlot | None = None
+        self._slot_index = 0
+        self._slot_tries = 4
 
     def feed(self, event: SSEEvent) -> list[TextDelta]:
         if self._done:
             return []
+        if self._slot is not None and event.event != "error":
+            text = self._slot.match(event.data)
+            if text is not None:  # the same event as the slot's, but for its text
+                self._grow(self._slot_index, "text", text)
+                return [(_CONTENT_KEY, text)] if text else []
         try:
             data = json.loads(event.data)
         except ValueError as exc:
             raise ProtocolError("anthropic-messages: stream event is not JSON") from exc
+        out = self._event(data, event)
+        if self._slot_tries:
+            known = _text_delta(data)
+            if known is not None:
+                idx, text = known
+                self._slot_tries -= 1
+                self._slot = learn_slot(
+                    event.data, "text", text, lambda v, p: _text_delta(v) == (idx, p)
+                )
+                self._slot_index = idx
+        return out
+
+    def _event(self, data: object, event: SSEEvent) -> list[TextDelta]:
         if not isinstance(data, dict):
             raise ProtocolError("anthropic-messages: stream event is not a JSON object")
         etype = data.get("type", event.event)
@@ -228,6 +273,17 @@ class AnthropicStreamParser:
         # Other event types are new API additions; they carry no content we assemble.
         return []
 
+    def _grow(self, idx: int, field: str, text: str) -> None:
+        parts = self._grown.get((idx, field))
+        if parts is None:
+            # The first piece joins the block's own value (a wrong type fails here) and puts
+            # the field in its place among the block's keys; `body` sets the whole value.
+            block = self._blocks[idx]
+            block[field] = block.get(field, "") + text
+            self._grown[(idx, field)] = [block[field]]
+        else:
+            parts.append(text)
+
     def _index(self, data: Json) -> int:
         idx = data.get("index")
         if not isinstance(idx, int):
@@ -241,10 +297,12 @@ class AnthropicStreamParser:
             raise ProtocolError("anthropic-messages: content_block_start without block")
         block = copy.deepcopy(block)
         self._blocks[idx] = block
+        for field in _GROWN:
+            self._grown.pop((idx, field), None)
         if block.get("type") == "tool_use":
             self._json_parts[idx] = []
         text = block.get("text") if block.get("type") == "text" else None
-        return [(channel_key(CONTENT_PATH), text)] if isinstance(text, str) and text else []
+        return [(_CONTENT_KEY, text)] if isinstance(text, str) and text else []
 
     def _block_delta(self, data: Json) -> list[TextDelta]:
         idx = self._index(data)
@@ -255,16 +313,16 @@ class AnthropicStreamParser:
         dtype = delta.get("type")
         if dtype == "text_delta":
             text = str(delta.get("text", ""))
-            block["text"] = block.get("text", "") + text
-            return [(channel_key(CONTENT_PATH), text)] if text else []
+            self._grow(idx, "text", text)
+            return [(_CONTENT_KEY, text)] if text else []
         if dtype == "citations_delta":
             block.setdefault("citations", []).append(delta.get("citation"))
         elif dtype == "thinking_delta":
             text = str(delta.get("thinking", ""))
-            block["thinking"] = block.get("thinking", "") + text
+            self._grow(idx, "thinking", text)
             return [(channel_key(("content", idx, "thinking")), text)] if text else []
         elif dtype == "signature_delta":
-            block["signature"] = block.get("signature", "") + str(delta.get("signature", ""))
+            self._grow(idx, "signature", str(delta.get("signature", "")))
         elif dtype == "input_json_delta":
             part = str(delta.get("partial_json", ""))
             self._json_parts.setdefault(idx, []).append(part)
@@ -284,6 +342,8 @@ class AnthropicStreamParser:
     def body(self) -> Json:
         if not self._done or self._message is None:
             raise ProtocolError("anthropic-messages: stream ended without message_stop")
+        for (idx, field), parts in self._grown.items():
+            self._blocks[idx][field] = "".join(parts)
         msg = copy.deepcopy(self._message)
         msg["content"] = [self._blocks[i] for i in sorted(self._blocks)]
         return msg
