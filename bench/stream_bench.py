@@ -5,6 +5,12 @@ path — `SSEDecoder` → the protocol's stream parser → `ClaimSegmenter` → 
 claim — and prints µs per frame for each stage cumulatively, then for the whole stream
 including the final judgement. Run:
     .venv/bin/python bench/stream_bench.py [--runs N] [--profile openai|anthropic]
+
+On the 2-core bench machine (µs per frame, openai / anthropic), before and after the SSE
+whole-event split, the stream parsers' string slots and the segmenter's narrower wake:
+SSE 3.2 -> 1.6 / 3.5 -> 1.8; + parser 10.2 -> 3.2 / 7.1 -> 3.3; + segmenter 17.9 -> 6.3 /
+13.6 -> 6.4; whole stream 23.5 -> 11.4 / 18.7 -> 12.1 (verification itself also got cheaper
+meanwhile).
 """
 
 from __future__ import annotations
