@@ -78,8 +78,11 @@ def start_litellm(stack: contextlib.ExitStack, upstream: str) -> Server:
     port = common.free_port()
     argv = [str(exe), "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
             "--num_workers", "1"]
+    # Loopback-only benchmark: LiteLLM's proxy refuses to start without a master key unless
+    # told this is local use; the gateways it is compared with check no key either.
+    env = {"LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true"}
     return stack.enter_context(common.server("litellm", argv, port, health="/health/liveliness",
-                                             timeout=120))
+                                             timeout=120, env=env))
 
 
 def check_answer(url: str, stream: bool = False) -> None:
