@@ -96,14 +96,15 @@ STREAM_FRAMES = (
     + [_frame({"content": tok}) for tok in TOKENS]
     + [_frame({}, "stop"), b"data: [DONE]\n\n"]
 )
-# Index (into STREAM_FRAMES) of the first frame after the first claim is complete.
+# Index (into STREAM_FRAMES) of the frame whose token starts the second sentence: only then
+# can anyone know the first claim is complete (citations may still follow its period).
 _pos = 0
 FIRST_CLAIM_FRAME = len(STREAM_FRAMES) - 2
 for _i, _tok in enumerate(TOKENS):
-    _pos += len(_tok)
-    if _pos > FIRST_CLAIM_END:
+    if _pos >= FIRST_CLAIM_END and _tok.strip():
         FIRST_CLAIM_FRAME = _i + 1
         break
+    _pos += len(_tok)
 
 
 class Mock:
@@ -121,13 +122,14 @@ class Mock:
         resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await resp.prepare(request)
         first_claim_at = 0.0
+        last = 0.0
         for i, frame in enumerate(STREAM_FRAMES):
             if i == FIRST_CLAIM_FRAME:
                 first_claim_at = time.monotonic()
             await resp.write(frame)
-            if self.token_interval_s:
+            last = time.monotonic()  # the upstream's last byte is its last frame's
+            if self.token_interval_s and i < len(STREAM_FRAMES) - 1:
                 await asyncio.sleep(self.token_interval_s)
-        last = time.monotonic()
         rid = request.headers.get("x-request-id")
         if rid:
             self.stream_times[rid] = (first_claim_at, last)

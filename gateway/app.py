@@ -328,8 +328,13 @@ class _Exchange:
                     parts.append(chunk)
                     for event in decoder.feed(chunk):
                         verifier.feed(event)
-                for event in decoder.finish():
-                    verifier.feed(event)
+                    if verifier.parser.done:
+                        # [DONE] / message_stop: the answer is whole. An upstream that keeps
+                        # the connection open a while longer must not delay the release.
+                        break
+                else:
+                    for event in decoder.finish():
+                        verifier.feed(event)
                 return s.status, s.headers, b"".join(parts), verifier
         finally:
             self.upstream_seconds += time.perf_counter() - t0

@@ -29,6 +29,9 @@ PRIMARY_CHANNEL = {
     "anthropic-messages": channel_key(("content",)),
 }
 
+# The last bytes of a well-formed stream, per protocol (up to the event's closing brace).
+TERMINAL_EVENT = {"openai-chat": b"[DONE]", "anthropic-messages": b"message_stop\""}
+
 # Verdicts reached while a stream arrived, by the claim's (start, end, text) in the primary
 # text channel.
 KnownVerdicts = Mapping[tuple[int, int, str], ClaimReport]
@@ -166,8 +169,10 @@ class RoutePipeline:
                 dumps(self.block_body(outcome, request_id)),
                 unchanged=False,
             )
-        if outcome.decision is Decision.RELEASED and not self.adapter.needs_rewrite(
-            answer, self.policy
+        if (
+            outcome.decision is Decision.RELEASED
+            and not self.adapter.needs_rewrite(answer, self.policy)
+            and (not stream or self._ends_at_terminal(raw))
         ):
             return Rendered(200, raw, unchanged=True)
         body = self.adapter.render(answer, judgement.claims, outcome, judgement.report, self.policy)
@@ -175,6 +180,16 @@ class RoutePipeline:
             events = self.adapter.to_stream(body, include_usage)
             return Rendered(200, b"".join(encode(e) for e in events), unchanged=False)
         return Rendered(200, dumps(body), unchanged=False)
+
+    def _ends_at_terminal(self, raw: bytes) -> bool:
+        """Whether a captured stream ends with its terminal event. Parsers ignore anything
+        after `[DONE]` / `message_stop`, so bytes there were never verified: such a stream
+        is re-framed from the parsed answer instead of being forwarded as is."""
+        marker = TERMINAL_EVENT.get(self.route.protocol)
+        if marker is None:
+            return False
+        at = raw.rfind(marker)
+        return at >= 0 and not raw[at + len(marker) :].strip(b" \t\r\n}")
 
     def is_error_envelope(self, parsed: object) -> bool:
         """Whether an upstream error body is this protocol's own error envelope."""

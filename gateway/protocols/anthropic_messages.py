@@ -213,6 +213,11 @@ class AnthropicStreamParser:
         self._slot_index = 0
         self._slot_tries = 4
 
+    @property
+    def done(self) -> bool:
+        """The stream's terminal event has been seen: nothing after it can change the answer."""
+        return self._done
+
     def feed(self, event: SSEEvent) -> list[TextDelta]:
         if self._done:
             return []

@@ -46,6 +46,9 @@ class RequestInfo:
 
 
 class StreamParser(Protocol):
+    @property
+    def done(self) -> bool: ...
+
     def feed(self, event: SSEEvent) -> list[TextDelta]: ...
 
     def finish(self) -> Answer: ...

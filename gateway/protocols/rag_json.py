@@ -137,6 +137,11 @@ class RagJsonStreamParser:
         self._rag = rag
         self._last: object = None
 
+    @property
+    def done(self) -> bool:
+        """No terminal event exists: a rag-json stream ends with its connection."""
+        return False
+
     def feed(self, event: SSEEvent) -> list[TextDelta]:
         if event.event == "error":
             raise ProtocolError("rag-json: the stream carried an error event")
