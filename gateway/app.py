@@ -484,10 +484,15 @@ class _Exchange:
                 out = release.abort(f"upstream failed: {e}")
             self.upstream_seconds += time.perf_counter() - t0
             await self.body(out)
-        judgement = release.judgement
-        if judgement is not None:
+        if release.judgement is not None:
             self.app.metrics.observe_tokens(self.route_label, release.served, release.usage)
-        self._account(pipeline, release.decision, judgement, release.verify_seconds)
+        self._account(
+            pipeline,
+            release.decision,
+            release.summary(),
+            release.verify_seconds,
+            reason=release.reason,
+        )
 
     # -- accounting --------------------------------------------------------------------------
 

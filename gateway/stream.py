@@ -23,7 +23,16 @@ from gateway.protocols.anthropic_messages import native_citation
 from gateway.protocols.base import channel_key
 from gateway.release import template_text
 from gateway.sse import SSEEvent, encode
-from gateway.types import Answer, Citation, Claim, ClaimReport, ContextSet, Decision, Outcome
+from gateway.types import (
+    Answer,
+    Citation,
+    Claim,
+    ClaimReport,
+    ContextSet,
+    Decision,
+    Outcome,
+    Report,
+)
 
 Json = dict[str, Any]
 
@@ -318,6 +327,8 @@ class ProgressiveRelease:
         self.stripped = False
         self.closed = False
         self.judgement: Judgement | None = None
+        self.outcome: Outcome | None = None  # set when the stream ended on a failing claim
+        self.reason: str | None = None  # why it ended early, when no claim decided it
         self.decision = "error"
         self.served = False
         self.judge_seconds = 0.0
@@ -326,6 +337,15 @@ class ProgressiveRelease:
     @property
     def verify_seconds(self) -> float:
         return self.verifier.seconds + self.judge_seconds
+
+    def summary(self) -> Judgement | None:
+        """What this stream's audit event reports: the whole answer's judgement, or, when a
+        claim ended the stream early, the claims verified up to it and that decision."""
+        if self.judgement is not None or self.outcome is None:
+            return self.judgement
+        reports = tuple(self.verifier.known.values())
+        report = Report(reports, self.ctx.fingerprint, self.verify_seconds)
+        return Judgement([r.claim for r in reports], report, self.outcome)
 
     # -- input -------------------------------------------------------------------------------
 
@@ -396,6 +416,7 @@ class ProgressiveRelease:
             return b""
         self.closed = True
         self.decision = "error"
+        self.reason = "upstream_stream_broken"
         return encode(self.pipeline.adapter.error_event(f"citewarden: {message}", "upstream_error"))
 
     # -- claims ------------------------------------------------------------------------------
@@ -425,6 +446,7 @@ class ProgressiveRelease:
     def _fail(self, outcome: Outcome) -> bytes:
         self.closed = True
         self.decision = outcome.decision.value
+        self.outcome = outcome
         reason = outcome.reason or "unverified"
         message = template_text(outcome, self.pipeline.policy.release.templates) or (
             f"answer blocked by citewarden: {reason}"

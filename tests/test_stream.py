@@ -98,6 +98,11 @@ def test_progressive_release_blocks_with_an_error_event(tmp_path: Path) -> None:
     assert b"Mars" not in out
     assert b"12 kg" in out  # the claims before the failure were verified and released
     assert release.decision == "blocked"
+    summary = release.summary()  # what the audit event reports
+    assert summary is not None
+    assert summary.outcome.reason == "hallucinated_citation"
+    assert summary.outcome.claim_index == 2
+    assert [c.verdict for c in summary.report.claims] == ["verified", "verified", "failed"]
 
 
 def test_a_stream_cut_short_ends_with_an_error_event(tmp_path: Path) -> None:
