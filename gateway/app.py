@@ -384,9 +384,10 @@ class _Exchange:
                     await self._relay_error(pipeline, status, up_headers, body)
                     return
                 known: KnownVerdicts | None = None
+                streamed_text: str | None = None
                 if verifier is not None:
                     _, answer = verifier.finish()
-                    ctx, known = verifier.ctx, verifier.known
+                    ctx, known, streamed_text = verifier.ctx, verifier.known, verifier.text
                 else:
                     parsed = orjson.loads(body)
                     if not isinstance(parsed, dict):
@@ -399,7 +400,7 @@ class _Exchange:
                 )
                 return
             t0 = time.perf_counter()
-            judgement = pipeline.safe_judge(answer, ctx, known)
+            judgement = pipeline.safe_judge(answer, ctx, known, streamed_text)
             verify_seconds = time.perf_counter() - t0 + (verifier.seconds if verifier else 0.0)
             decision = judgement.outcome.decision
             if decision is Decision.RELEASED or attempt == attempts - 1:

@@ -20,7 +20,16 @@ from gateway.protocols import ADAPTERS
 from gateway.protocols.base import Adapter, channel_key
 from gateway.release import decide
 from gateway.sse import SSEDecoder, encode
-from gateway.types import Answer, Claim, ClaimReport, ContextSet, Decision, Outcome, Report
+from gateway.types import (
+    Answer,
+    Channel,
+    Claim,
+    ClaimReport,
+    ContextSet,
+    Decision,
+    Outcome,
+    Report,
+)
 from gateway.verify import Verifier
 
 # The text channel a stream verifier segments while the stream arrives, per protocol.
@@ -30,7 +39,7 @@ PRIMARY_CHANNEL = {
 }
 
 # The last bytes of a well-formed stream, per protocol (up to the event's closing brace).
-TERMINAL_EVENT = {"openai-chat": b"[DONE]", "anthropic-messages": b"message_stop\""}
+TERMINAL_EVENT = {"openai-chat": b"[DONE]", "anthropic-messages": b'message_stop"'}
 
 # Verdicts reached while a stream arrived, by the claim's (start, end, text) in the primary
 # text channel.
@@ -84,20 +93,34 @@ class RoutePipeline:
         )
 
     def judge(
-        self, answer: Answer, ctx: ContextSet, known: KnownVerdicts | None = None
+        self,
+        answer: Answer,
+        ctx: ContextSet,
+        known: KnownVerdicts | None = None,
+        streamed_text: str | None = None,
     ) -> Judgement:
         """Verify every claim of `answer` and decide.
 
         `known` holds verdicts a stream verifier already reached for claims of the primary text
-        channel, keyed by (start, end, text); a claim found there with the same citations is
-        not checked twice, any other claim is.
+        channel, keyed by (start, end, text), in claim order; a claim found there with the same
+        citations is not checked twice, any other claim is. When `streamed_text` is the primary
+        channel's text and the channel has no native citations, its claims are the streamed
+        ones as they are (segmentation gives the same claims however the text was split), so
+        the answer is not segmented a second time.
         """
         t0 = time.perf_counter()
-        claims = self.verifier.claims(answer)
+        primary = self.primary_channel(answer) if known else None
+        if (
+            known
+            and primary is not None
+            and self._streamed_claims_hold(answer, primary, streamed_text)
+        ):
+            claims = self._with_streamed(answer, primary, known)
+        else:
+            claims = self.verifier.claims(answer)
         if not known:
             verdicts = self.verifier.verify_claims(claims, ctx)
         else:
-            primary = self.primary_channel(answer)
             reused: dict[int, ClaimReport] = {}
             todo: list[Claim] = []
             for c in claims:
@@ -111,6 +134,30 @@ class RoutePipeline:
         report = Report(tuple(verdicts), ctx.fingerprint, time.perf_counter() - t0)
         return Judgement(claims, report, decide(report, self.policy.release))
 
+    def _streamed_claims_hold(self, answer: Answer, primary: int, text: str | None) -> bool:
+        channel = answer.channels[primary]
+        return (
+            text is not None
+            and channel.text == text
+            and not channel.native
+            and channel.structured is None
+            and self.verifier.verifies(channel)
+        )
+
+    def _with_streamed(self, answer: Answer, primary: int, known: KnownVerdicts) -> list[Claim]:
+        """The answer's claims, with the primary channel's taken from the stream verifier."""
+        channels = list(answer.channels)
+        ch = channels[primary]
+        channels[primary] = Channel(ch.kind, ch.path, "", ch.choice)
+        others = self.verifier.claims(dataclasses.replace(answer, channels=channels))
+        placed = [(c, c.channel) for c in others if c.channel < primary]
+        placed += [(r.claim, primary) for r in known.values()]
+        placed += [(c, c.channel) for c in others if c.channel > primary]
+        return [
+            c if (c.index, c.channel) == (i, ch) else dataclasses.replace(c, index=i, channel=ch)
+            for i, (c, ch) in enumerate(placed)
+        ]
+
     def primary_channel(self, answer: Answer) -> int | None:
         """The index of the channel a stream verifier segments as it arrives."""
         for i, channel in enumerate(answer.channels):
@@ -119,12 +166,16 @@ class RoutePipeline:
         return None
 
     def safe_judge(
-        self, answer: Answer, ctx: ContextSet, known: KnownVerdicts | None = None
+        self,
+        answer: Answer,
+        ctx: ContextSet,
+        known: KnownVerdicts | None = None,
+        streamed_text: str | None = None,
     ) -> Judgement:
         """`judge`, except that a crash anywhere in verification becomes an infrastructure
         failure decided by `on_infrastructure_failure` — it never releases."""
         try:
-            return self.judge(answer, ctx, known)
+            return self.judge(answer, ctx, known, streamed_text)
         except Exception:
             report = Report(claims=(), context_fingerprint=ctx.fingerprint)
             return Judgement([], report, self.infrastructure_outcome("verifier_crash"))

@@ -271,6 +271,7 @@ class StreamVerifier:
         self.count = 0
         self.seconds = 0.0
         self.length = 0  # primary text seen so far
+        self._texts: list[str] = []
         self.native = _NativeSpans() if pipeline.route.protocol == "anthropic-messages" else None
 
     def feed(self, event: SSEEvent) -> tuple[str, list[ClaimReport]]:
@@ -282,9 +283,15 @@ class StreamVerifier:
         for key, delta in self.parser.feed(event):
             if key == self.primary:
                 added.append(delta)
+                self._texts.append(delta)
                 self.length += len(delta)
                 reports.extend(self._verify(seg) for seg in self.segmenter.feed(delta))
         return "".join(added), reports
+
+    @property
+    def text(self) -> str:
+        """The primary text as streamed, for RoutePipeline.judge to reuse its claims."""
+        return "".join(self._texts)
 
     def finish(self) -> tuple[list[ClaimReport], Answer]:
         """The last claims, verified, and the whole answer (ProtocolError if it is cut short)."""
@@ -380,7 +387,9 @@ class ProgressiveRelease:
         # no citation, but goes out only if the whole answer is released below.
         rest, self.buffer = self.buffer, ""
         t0 = time.perf_counter()
-        judgement = self.pipeline.safe_judge(answer, self.ctx, self.verifier.known)
+        judgement = self.pipeline.safe_judge(
+            answer, self.ctx, self.verifier.known, self.verifier.text
+        )
         self.judge_seconds += time.perf_counter() - t0
         self.judgement = judgement
         self.usage = answer.usage

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.claims import ClaimSegmenter, Segment
 from gateway.pipeline import RoutePipeline
 from gateway.policy import load_policy
 from gateway.sse import SSEDecoder, SSEEvent
@@ -38,27 +40,37 @@ def _events(frames: list[bytes]) -> list[SSEEvent]:
 
 
 @settings(max_examples=25, deadline=None)
-@given(chunk_size=st.integers(min_value=1, max_value=40), anthropic=st.booleans())
+@given(
+    chunk_size=st.integers(min_value=1, max_value=40),
+    anthropic=st.booleans(),
+    n=st.integers(min_value=1, max_value=2),
+)
 def test_verdicts_reached_while_streaming_equal_a_fresh_judgement(
-    tmp_path_factory: object, chunk_size: int, anthropic: bool
+    tmp_path_factory: object, chunk_size: int, anthropic: bool, n: int
 ) -> None:
     import tempfile
 
     tmp = Path(tempfile.mkdtemp())
     protocol = "anthropic-messages" if anthropic else "openai-chat"
     pipeline = _pipeline(tmp, protocol, on_unverified="strip")
-    frames = (anthropic_sse if anthropic else openai_sse)(TEXT, chunk_size=chunk_size)
+    frames = (
+        anthropic_sse(TEXT, chunk_size=chunk_size)
+        if anthropic
+        else openai_sse(TEXT, chunk_size=chunk_size, n=n)  # choice 1 is verified after choice 0
+    )
     verifier = StreamVerifier(pipeline, CTX)
     seen = [r for ev in _events(frames) for r in verifier.feed(ev)[1]]
     rest, answer = verifier.finish()
     assert len(seen) + len(rest) == 4
-    reused = pipeline.judge(answer, CTX, verifier.known)
     fresh = pipeline.judge(answer, CTX)
-    assert [(r.claim, r.verdict, r.reason) for r in reused.report.claims] == [
-        (r.claim, r.verdict, r.reason) for r in fresh.report.claims
-    ]
-    assert reused.outcome == fresh.outcome
-    assert [r.reason for r in fresh.report.claims] == [
+    for streamed_text in (None, verifier.text):
+        reused = pipeline.judge(answer, CTX, verifier.known, streamed_text)
+        assert reused.claims == fresh.claims
+        assert [(r.claim, r.verdict, r.reason) for r in reused.report.claims] == [
+            (r.claim, r.verdict, r.reason) for r in fresh.report.claims
+        ]
+        assert reused.outcome == fresh.outcome
+    assert [r.reason for r in fresh.report.claims][:4] == [
         None, None, "hallucinated_citation", "number_mismatch",
     ]
 
@@ -137,3 +149,25 @@ def test_native_citations_are_attached_while_streaming(tmp_path: Path) -> None:
     for claim in final:
         assert streamed[(claim.start, claim.end, claim.text)].citations == claim.citations
     assert pipeline.judge(answer, ctx, verifier.known).outcome.decision.value == "released"
+
+
+def test_the_final_judgement_does_not_segment_the_streamed_text_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pipeline = _pipeline(tmp_path, "openai-chat", on_unverified="strip")
+    verifier = StreamVerifier(pipeline, CTX)
+    for ev in _events(openai_sse(TEXT, chunk_size=9)):
+        verifier.feed(ev)
+    _, answer = verifier.finish()
+    fed: list[int] = []
+    original = ClaimSegmenter.feed
+
+    def counting(self: ClaimSegmenter, delta: str) -> list[Segment]:
+        fed.append(len(delta))
+        return original(self, delta)
+
+    monkeypatch.setattr(ClaimSegmenter, "feed", counting)
+    pipeline.judge(answer, CTX, verifier.known, verifier.text)
+    assert sum(fed) == 0
+    pipeline.judge(answer, CTX, verifier.known)  # without the streamed text: segmented again
+    assert sum(fed) == len(TEXT)
