@@ -13,6 +13,7 @@ import contextlib
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,8 +148,9 @@ async def run(settings: Settings, ready: asyncio.Event | None = None) -> None:
         for s in servers:
             s.should_exit = True
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
+    if threading.current_thread() is threading.main_thread():
+        # Signals reach only the main thread; embedded runs (tests) stop via should_exit.
+        for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop)
 
     watcher = (
