@@ -122,14 +122,14 @@ class RoutePipeline:
             verdicts = self.verifier.verify_claims(claims, ctx)
         else:
             reused: dict[int, ClaimReport] = {}
-            todo: list[Claim] = []
+            unchecked: list[Claim] = []
             for c in claims:
                 hit = known.get((c.start, c.end, c.text)) if c.channel == primary else None
                 if hit is None or hit.claim.citations != c.citations:
-                    todo.append(c)
+                    unchecked.append(c)
                 else:
                     reused[c.index] = dataclasses.replace(hit, claim=c)
-            fresh = iter(self.verifier.verify_claims(todo, ctx))
+            fresh = iter(self.verifier.verify_claims(unchecked, ctx))
             verdicts = [reused.get(c.index) or next(fresh) for c in claims]
         report = Report(tuple(verdicts), ctx.fingerprint, time.perf_counter() - t0)
         return Judgement(claims, report, decide(report, self.policy.release))

@@ -195,13 +195,13 @@ class Verifier:
     ) -> list[ClaimReport]:
         """Verification with async checks, each one batch over the non-exempt claims."""
         deadline = time.monotonic() + deadline_s
-        todo = [c for c in claims if not c.exempt]
+        checkable = [c for c in claims if not c.exempt]
         results = await asyncio.gather(
-            *(_run_batch(c, todo, ctx, deadline) for _, c in self._remote)
+            *(_run_batch(c, checkable, ctx, deadline) for _, c in self._remote)
         )
         pending: dict[int, list[CheckResult]] = {}
         for (i, check), batch in zip(self._remote, results, strict=True):
-            by_claim = dict(zip((c.index for c in todo), batch, strict=True))
+            by_claim = dict(zip((c.index for c in checkable), batch, strict=True))
             # Exempt claims are decided before any check result is read.
             missing = CheckResult.error(check.name, "not_run")
             pending[i] = [by_claim.get(c.index, missing) for c in claims]

@@ -69,7 +69,7 @@ def test_homoglyph_id_is_kept_verbatim() -> None:
         "[see above]",
         "[1/2]",
         "- [x] done",
-        "- [ ] todo",
+        "- [ ] open item",
         "[link](https://example.com/a:b)",
         "![img:1](pic.png)",
         "[Note: read this]",
