@@ -150,6 +150,43 @@ def per_frame(fn: Callable[[], None], frames: int, runs: int) -> float:
     return best / frames * 1e6
 
 
+def growth(p: RoutePipeline) -> None:
+    """Per-delta cost of long inputs at 5k and 50k deltas: equal costs mean linear growth
+    (a parser or segmenter that re-scans what it holds would cost ~10x more per delta)."""
+    from gateway.sse import SSEEvent
+
+    def segmenter(n: int) -> float:
+        seg = p.verifier.segmenter()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            seg.feed("word ")
+        seg.feed("[doc:1].\n")
+        seg.finish()
+        return (time.perf_counter() - t0) / n * 1e6
+
+    def tool_arguments(n: int) -> float:
+        parser = p.adapter.stream_parser(p.route)
+        head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+        call = {"index": 0, "id": "x", "type": "function", "function": {"name": "f"}}
+        opening = {"role": "assistant", "tool_calls": [call]}
+        piece = {"tool_calls": [{"index": 0, "function": {"arguments": "ab"}}]}
+        events = [
+            SSEEvent(json.dumps({**head, "choices": [{"index": 0, "delta": d}]}))
+            for d in (opening, piece)
+        ]
+        parser.feed(events[0])
+        t0 = time.perf_counter()
+        for _ in range(n):
+            parser.feed(events[1])
+        parser.feed(SSEEvent("[DONE]"))
+        parser.finish()
+        return (time.perf_counter() - t0) / n * 1e6
+
+    for name, fn in (("segmenter", segmenter), ("tool arguments", tool_arguments)):
+        small, big = fn(5_000), fn(50_000)
+        print(f"{name:<16} {small:8.2f} us/delta @5k  {big:8.2f} @50k  ratio {big / small:5.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=500)
@@ -175,6 +212,8 @@ def main() -> None:
     for n in names:
         print(f"{n:<16}" + "".join(f"{table[proto][n]:>14.1f}" for proto in setups))
     print("frames/stream   " + "".join(f"{len(s[2]):>14}" for s in setups.values()))
+    print()
+    growth(setups["openai"][0])
 
 
 if __name__ == "__main__":

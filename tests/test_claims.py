@@ -273,24 +273,6 @@ def test_feed_one_character_at_a_time_equals_segment(pieces: list[str]) -> None:
     assert got == segment(text, PARSER, DEFAULT_EXEMPT)
 
 
-def test_linear_in_input_size() -> None:
-    # Many tiny deltas into one long paragraph must not re-scan the held text.
-    import time
-
-    def run(n: int) -> float:
-        seg = ClaimSegmenter(PARSER)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            seg.feed("word ")
-        seg.feed("[a:1].\n")
-        seg.finish()
-        return time.perf_counter() - t0
-
-    run(1000)
-    small, big = run(5_000), run(50_000)
-    assert big < small * 30  # quadratic growth would be ~100x
-
-
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_PIECES, max_size=30), st.data())
 def test_what_is_released_depends_only_on_the_text_seen(

@@ -205,35 +205,43 @@ def test_request_info(protocol: str) -> None:
     assert not adapter.request_info(load(protocol, "request.json")).stream
 
 
-def test_anthropic_stream_parser_is_linear_in_block_size() -> None:
-    # Text and thinking deltas are kept as pieces: re-copying the block per delta was quadratic.
-    import time
-
+def test_stream_parsers_assemble_long_fields_from_many_deltas() -> None:
+    """Thousands of small deltas join into the exact field (the parsers keep pieces and join
+    them once: `+=` on a string held in a dict re-copies it per delta, quadratic in length)."""
     from gateway.sse import SSEEvent
 
-    def run(n: int) -> float:
-        parser = get("anthropic-messages").stream_parser(ROUTES["anthropic-messages"])
-        start = {"type": "message_start", "message": {"content": []}}
-        parser.feed(SSEEvent(json.dumps(start)))
-        for i, kind in enumerate(("text", "thinking")):
-            block = {"type": "content_block_start", "index": i, "content_block": {"type": kind}}
-            parser.feed(SSEEvent(json.dumps(block)))
-        deltas = [
-            json.dumps(
-                {"type": "content_block_delta", "index": i, "delta": {"type": t, k: "w" * 40}}
-            )
-            for i, t, k in ((0, "text_delta", "text"), (1, "thinking_delta", "thinking"))
-        ]
-        events = [SSEEvent(deltas[k % 2]) for k in range(n)]
-        t0 = time.perf_counter()
-        for event in events:
-            parser.feed(event)
-        parser.feed(SSEEvent(json.dumps({"type": "message_stop"})))
-        body = parser.body()
-        elapsed = time.perf_counter() - t0
-        assert len(body["content"][0]["text"]) + len(body["content"][1]["thinking"]) == 40 * n
-        return elapsed
+    n = 20_000
+    anthropic = get("anthropic-messages").stream_parser(ROUTES["anthropic-messages"])
+    anthropic.feed(SSEEvent(json.dumps({"type": "message_start", "message": {"content": []}})))
+    for i, kind in enumerate(("text", "thinking")):
+        block = {"type": "content_block_start", "index": i, "content_block": {"type": kind}}
+        anthropic.feed(SSEEvent(json.dumps(block)))
+    deltas = [
+        json.dumps({"type": "content_block_delta", "index": i, "delta": {"type": t, k: "w" * 40}})
+        for i, t, k in ((0, "text_delta", "text"), (1, "thinking_delta", "thinking"))
+    ]
+    for k in range(n):
+        anthropic.feed(SSEEvent(deltas[k % 2]))
+    anthropic.feed(SSEEvent(json.dumps({"type": "message_stop"})))
+    content = anthropic.body()["content"]
+    assert len(content[0]["text"]) == len(content[1]["thinking"]) == 40 * n // 2
 
-    run(1_000)
-    small, big = run(10_000), run(100_000)
-    assert big < small * 30  # quadratic growth would be ~100x
+    openai = get("openai-chat").stream_parser(ROUTES["openai-chat"])
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+    def chunk(delta: dict[str, object], finish: str | None = None) -> SSEEvent:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return SSEEvent(json.dumps({**head, "choices": [choice]}))
+
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f"}}
+    openai.feed(chunk({"role": "assistant", "tool_calls": [call]}))
+    piece = chunk({"tool_calls": [{"index": 0, "function": {"arguments": "ab"}}]})
+    legacy = chunk({"function_call": {"arguments": "cd"}})
+    for _ in range(n):
+        openai.feed(piece)
+        openai.feed(legacy)
+    openai.feed(chunk({}, "tool_calls"))
+    openai.feed(SSEEvent("[DONE]"))
+    message = openai.body()["choices"][0]["message"]
+    assert message["tool_calls"][0]["function"] == {"name": "f", "arguments": "ab" * n}
+    assert message["function_call"]["arguments"] == "cd" * n

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +45,7 @@ def test_release_at_the_terminal_event_and_never_relay_what_follows(tmp_path: Pa
     trailing = sse_frame({"choices": [{"index": 0, "delta": {"content": JUNK}}]})
     up = create_upstream(
         {
-            "lingering": Lingering(frames, linger=3.0),
+            "lingering": Lingering(frames, linger=60.0),
             "trailing": Stream([*frames, trailing], seed=4),
             "trailing-same-read": Lingering([*frames, trailing], linger=0.0),
             "clean": Stream(frames, seed=4),
@@ -57,9 +56,9 @@ def test_release_at_the_terminal_event_and_never_relay_what_follows(tmp_path: Pa
         assert clean.headers["x-citewarden-decision"] == "released"
         assert clean.content == b"".join(frames)  # byte-identical
 
-        t0 = time.monotonic()
+        # The upstream keeps the connection open for a minute after [DONE]: a gateway that
+        # waited for it to close would run into the client's timeout.
         r = httpx.post(gw.url + "/v1/chat/completions", json=_request("lingering"), timeout=10)
-        assert time.monotonic() - t0 < 2.0, "released at [DONE], not when the upstream closed"
         assert r.content == b"".join(frames)
 
         for key in ("trailing", "trailing-same-read"):

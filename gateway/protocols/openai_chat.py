@@ -320,17 +320,19 @@ class OpenAIStreamParser:
                 for tc in value:
                     out.extend(self._tool_delta(st, i, tc))
             elif key == "function_call" and isinstance(value, dict):
-                fc = st.msg.setdefault("function_call", {"name": "", "arguments": ""})
-                fc["name"] += value.get("name") or ""
+                # Pieces are kept in lists and joined once in body(): `+=` on a string held
+                # in a dict copies it every time, quadratic in the arguments' length.
+                fc = st.msg.setdefault("function_call", {"name": [], "arguments": []})
+                fc["name"].append(value.get("name") or "")
                 args = value.get("arguments") or ""
-                fc["arguments"] += args
+                fc["arguments"].append(args)
                 if args:
                     out.append((keys["function_call"], args))
             elif key == "audio" and isinstance(value, dict):
                 audio = st.msg.setdefault("audio", {})
                 for ak, av in value.items():
                     if ak in ("transcript", "data") and isinstance(av, str):
-                        audio[ak] = audio.get(ak, "") + av
+                        audio.setdefault(ak, []).append(av)
                         if ak == "transcript" and av:
                             out.append((keys["audio"], av))
                     else:
@@ -345,16 +347,16 @@ class OpenAIStreamParser:
         if not isinstance(tc, dict) or not isinstance(tc.get("index"), int):
             raise ProtocolError("openai-chat: tool call delta without index")
         call = st.tools.setdefault(
-            tc["index"], {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+            tc["index"], {"id": None, "type": "function", "function": {"name": [], "arguments": []}}
         )
         if tc.get("id"):
             call["id"] = tc["id"]
         if tc.get("type"):
             call["type"] = tc["type"]
         fn = tc.get("function") or {}
-        call["function"]["name"] += fn.get("name") or ""
+        call["function"]["name"].append(fn.get("name") or "")
         args = fn.get("arguments") or ""
-        call["function"]["arguments"] += args
+        call["function"]["arguments"].append(args)
         if not args:
             return []
         path = ("choices", i, "message", "tool_calls", tc["index"], "function", "arguments")
@@ -384,8 +386,12 @@ class OpenAIStreamParser:
                 if key in st.parts:
                     msg[key] = "".join(st.parts[key])
             if st.tools:
-                msg["tool_calls"] = [st.tools[k] for k in sorted(st.tools)]
+                msg["tool_calls"] = [_joined_call(st.tools[k]) for k in sorted(st.tools)]
             msg.update(st.msg)
+            if "function_call" in msg:
+                msg["function_call"] = _joined(msg["function_call"], ("name", "arguments"))
+            if isinstance(msg.get("audio"), dict):
+                msg["audio"] = _joined(msg["audio"], ("transcript", "data"))
             choice: Json = {
                 "index": i,
                 "message": msg,
@@ -400,6 +406,15 @@ class OpenAIStreamParser:
 
     def finish(self) -> Answer:
         return parse_body(self.body())
+
+
+def _joined(parts: Json, keys: tuple[str, ...]) -> Json:
+    """A copy of `parts` with the pieces under `keys` joined into strings."""
+    return {k: "".join(v) if k in keys and isinstance(v, list) else v for k, v in parts.items()}
+
+
+def _joined_call(call: Json) -> Json:
+    return {**call, "function": _joined(call["function"], ("name", "arguments"))}
 
 
 def _del_path(body: Json, path: Sequence[str | int]) -> None:
