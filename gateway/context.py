@@ -69,8 +69,25 @@ def compile_chunk_pattern(spec: ContextSpec) -> re.Pattern[str] | None:
     return _compile(spec.chunk_pattern) if spec.chunk_pattern else None
 
 
+# Multi-turn chats resend the same system prompt with every turn, and popular documents recur
+# across requests: extracting the chunks of one piece of prompt text is cached. Chunks are
+# immutable; the bound keeps the cache at a few MiB at most.
+_CACHED_TEXT_MAX = 32 * 1024
+
+
 def chunks_in_text(text: str, pattern: re.Pattern[str] | None = None) -> list[Chunk]:
     """Chunks embedded in one piece of prompt text, in order of appearance."""
+    if len(text) > _CACHED_TEXT_MAX:
+        return _chunks_in_text(text, pattern)
+    return list(_cached_chunks(text, pattern))
+
+
+@functools.lru_cache(maxsize=128)
+def _cached_chunks(text: str, pattern: re.Pattern[str] | None) -> tuple[Chunk, ...]:
+    return tuple(_chunks_in_text(text, pattern))
+
+
+def _chunks_in_text(text: str, pattern: re.Pattern[str] | None) -> list[Chunk]:
     out: list[Chunk] = []
     if pattern is not None:
         for m in pattern.finditer(text):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -73,11 +74,24 @@ class Document:
     source: str | None = None
 
 
+@functools.lru_cache(maxsize=1024)
+def _cached_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _text_digest(text: str) -> str:
+    # The same chunks recur across requests (multi-turn chats, popular documents); small ones
+    # keep their digest, so the cache stays at a few MiB at most.
+    if len(text) > 8 * 1024:
+        return hashlib.sha256(text.encode()).hexdigest()
+    return _cached_digest(text)
+
+
 def _fingerprint(chunks: Iterable[Chunk]) -> str:
     triples = sorted(
         (
             c.id,
-            hashlib.sha256(c.text.encode()).hexdigest() if c.text is not None else "",
+            _text_digest(c.text) if c.text is not None else "",
             c.version or "",
         )
         for c in chunks

@@ -227,3 +227,13 @@ def test_build_context_uses_only_named_sources_and_upgrades_id_only() -> None:
         headers={"x-citewarden-context-ids": "!,"},
     )
     assert list(only_req.chunks) == ["a"]
+
+
+def test_repeated_prompt_text_gives_equal_independent_chunk_lists() -> None:
+    text = '<chunk id="a:1" version="2">Alpha.</chunk> and <chunk id="b:1">Beta.</chunk>'
+    first = chunks_in_text(text)
+    first.append(Chunk("x:9", "planted"))  # a caller mutating its list ...
+    second = chunks_in_text(text)  # ... must not change what the next request gets
+    assert [c.id for c in second] == ["a:1", "b:1"]
+    big = text + " " * (64 * 1024)  # beyond the cached size: extracted afresh, same result
+    assert chunks_in_text(big) == second
