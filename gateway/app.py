@@ -62,13 +62,12 @@ class ProxyApp:
         metrics: Metrics,
         *,
         max_request_bytes: int = 4 * 1024 * 1024,
-        max_response_bytes: int = 16 * 1024 * 1024,
     ) -> None:
+        # The response size limit lives in the upstream client, which enforces it while reading.
         self.store = store
         self.upstream = upstream
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
-        self.max_response_bytes = max_response_bytes
         self.pipelines = Pipelines()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -101,7 +101,6 @@ def build(settings: Settings) -> tuple[ProxyApp, object, PolicyStore, Metrics]:
         upstream,
         metrics,
         max_request_bytes=settings.max_request_bytes,
-        max_response_bytes=settings.max_response_bytes,
     )
     admin = create_admin_app(store, metrics)
     return proxy, admin, store, metrics
