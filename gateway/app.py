@@ -462,7 +462,7 @@ class _Exchange:
         t0 = time.perf_counter()
         async with self.app.upstream.stream("POST", self.path_qs, headers, raw) as s:
             if not 200 <= s.status < 300:
-                body = b"".join([c async for c in s.iter_bytes()])
+                body = await s.read()
                 self.upstream_seconds += time.perf_counter() - t0
                 await self._relay_error(pipeline, s.status, s.headers, body)
                 return
