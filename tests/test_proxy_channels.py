@@ -25,6 +25,7 @@ from tests.upstream_app import (
     Stream,
     create_upstream,
     openai_body,
+    openai_sse,
     rag_body,
     serve,
     sse_frame,
@@ -280,6 +281,26 @@ def test_retry_reasks_with_a_grounding_instruction(tmp_path: Path) -> None:
         r = _post(gw.url, "anything")
         assert r.status_code == 422  # still failing after the retry
         assert len(up.requests) == 2
+
+
+def test_retry_and_shadow_on_buffered_streams(tmp_path: Path) -> None:
+    bad, good = openai_sse(BAD, chunk_size=5), openai_sse(GOOD, chunk_size=5)
+    sequenced = Sequenced([Stream(bad, seed=1), Stream(good, seed=2)])
+    up = create_upstream(default=sequenced)
+    with serve(up) as url, run_gateway(url, [write_policy(tmp_path, retry=1)]) as gw:
+        r = _post(gw.url, "anything", stream=True)
+        assert r.status_code == 200, r.text
+        assert r.headers["x-citewarden-decision"] == "released"
+        assert r.content == b"".join(good)
+        assert len(up.requests) == 2 and up.requests[1].json()["stream"] is True
+    sequenced.behaviours, sequenced.calls = [Stream(bad, seed=3)], 0
+    policy = write_policy(tmp_path, mode="shadow", filename="shadow.yaml")
+    with serve(up) as url, run_gateway(url, [policy]) as gw:
+        r = _post(gw.url, "anything", stream=True)
+        assert r.status_code == 200
+        assert r.headers["x-citewarden-decision"] == "blocked"
+        assert r.headers["x-citewarden-mode"] == "shadow"
+        assert r.content == b"".join(bad)  # shadow forwards the upstream's stream as is
 
 
 # -- rag-json -----------------------------------------------------------------------------------
