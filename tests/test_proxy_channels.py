@@ -303,6 +303,29 @@ def test_retry_and_shadow_on_buffered_streams(tmp_path: Path) -> None:
         assert r.content == b"".join(bad)  # shadow forwards the upstream's stream as is
 
 
+def test_progressive_releases_other_choices_after_judging_them(
+    tmp_path: Path,
+) -> None:
+    two = openai_sse(f"{GOOD} It is quiet [kb:1].", chunk_size=4, n=2, include_usage=True)
+    up = create_upstream({"two": Stream(two, seed=9)})
+    policy = write_policy(tmp_path, streaming="progressive")
+    with serve(up) as url, run_gateway(url, [policy]) as gw:
+        r = _post(gw.url, "two", n=2, stream=True, stream_options={"include_usage": True})
+        assert r.status_code == 200
+        events = SSEDecoder().feed(r.content)
+        assert events[-1].data == "[DONE]"
+        texts: dict[int, str] = {0: "", 1: ""}
+        usage = None
+        for ev in events[:-1]:
+            chunk = json.loads(ev.data)
+            usage = chunk.get("usage") or usage
+            for choice in chunk["choices"]:
+                texts[choice["index"]] += choice["delta"].get("content") or ""
+        expected = f"{GOOD} It is quiet [kb:1]."
+        assert texts == {0: expected, 1: expected}
+        assert usage is not None
+
+
 # -- rag-json -----------------------------------------------------------------------------------
 
 
