@@ -19,7 +19,14 @@ import httpx
 import pytest
 
 from tests.gateway_harness import run_gateway, write_policy
-from tests.upstream_app import FakeUpstream, Stream, anthropic_sse, openai_sse, serve
+from tests.upstream_app import (
+    FakeUpstream,
+    Stream,
+    anthropic_sse,
+    openai_sse,
+    serve,
+    sse_events,
+)
 
 N = 64
 ARRIVAL_TIMEOUT = 10.0
@@ -128,26 +135,8 @@ class Gated:
 
 
 # --------------------------------------------------------------------------------------------
-# Reading a stream back, written independently of the gateway's SSE code
+# Reading a stream back (tests.upstream_app.sse_events: independent of the gateway's SSE code)
 # --------------------------------------------------------------------------------------------
-
-
-def sse_events(raw: bytes) -> list[tuple[str | None, str]]:
-    events = []
-    for block in raw.decode("utf-8").replace("\r\n", "\n").split("\n\n"):
-        name, data = None, []
-        for line in block.split("\n"):
-            if not line or line.startswith(":"):
-                continue
-            field_name, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if field_name == "event":
-                name = value
-            elif field_name == "data":
-                data.append(value)
-        if data:
-            events.append((name, "\n".join(data)))
-    return events
 
 
 def openai_text(order: Order, raw: bytes) -> str:

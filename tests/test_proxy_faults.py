@@ -45,6 +45,7 @@ from tests.upstream_app import (
     openai_sse,
     rag_body,
     serve,
+    sse_events,
 )
 
 CHUNKS = [
@@ -175,25 +176,6 @@ def cases(items: list[Case]) -> Any:
 # --------------------------------------------------------------------------------------------
 # What the client saw
 # --------------------------------------------------------------------------------------------
-
-
-def sse_events(raw: bytes) -> list[tuple[str | None, str]]:
-    """(event name, data) of each SSE event; written here, not borrowed from the gateway."""
-    events = []
-    for block in raw.decode("utf-8").replace("\r\n", "\n").split("\n\n"):
-        name, data = None, []
-        for line in block.split("\n"):
-            if not line or line.startswith(":"):
-                continue
-            field, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if field == "event":
-                name = value
-            elif field == "data":
-                data.append(value)
-        if data:
-            events.append((name, "\n".join(data)))
-    return events
 
 
 @dataclass

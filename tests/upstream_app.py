@@ -156,6 +156,26 @@ def rag_body(answer: str, chunks: Iterable[Chunk]) -> dict[str, Any]:
     return {"answer": answer, "sources": [chunk_json(c) for c in chunks]}
 
 
+def sse_events(raw: bytes) -> list[tuple[str | None, str]]:
+    """(event name, data) of each SSE event a client received; written here, independently of
+    the gateway's SSE decoder, so tests read streams with code that is not under test."""
+    events = []
+    for block in raw.decode("utf-8").replace("\r\n", "\n").split("\n\n"):
+        name, data = None, []
+        for line in block.split("\n"):
+            if not line or line.startswith(":"):
+                continue
+            field_name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field_name == "event":
+                name = value
+            elif field_name == "data":
+                data.append(value)
+        if data:
+            events.append((name, "\n".join(data)))
+    return events
+
+
 def split_random(data: bytes, *, seed: int = 0, max_piece: int = 16) -> list[bytes]:
     """`data` cut at random byte boundaries (pieces of 1..max_piece bytes), reproducibly."""
     rng = random.Random(seed)
