@@ -6,9 +6,12 @@ Draft text and claim text appear only with `include_text=True`; chunk text never
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import sys
+import threading
+import time
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any, Final, Literal, TextIO
 
@@ -99,8 +102,12 @@ class Redactor:
         return value
 
     def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        memo = self._memo
         for key, value in event_dict.items():
-            if self.sensitive(key):
+            hit = memo.get(key)
+            if hit is None:
+                hit = self.sensitive(key)
+            if hit:
                 event_dict[key] = REDACTED
             elif type(value) not in _PLAIN:
                 event_dict[key] = self.redact(value)
@@ -108,6 +115,8 @@ class Redactor:
 
 
 REDACTOR: Final = Redactor()
+# Resolved against the current configuration on every call (tests swap it in and out).
+_LOGGER: Final = structlog.get_logger()
 
 
 class _LevelFilter:
@@ -146,6 +155,63 @@ def _dumps(obj: object, **kw: Any) -> str:
     return orjson.dumps(obj, default=kw.get("default"), option=orjson.OPT_NON_STR_KEYS).decode()
 
 
+class _Stamp:
+    """`timestamp` as ISO 8601 UTC with microseconds (what structlog's TimeStamper(fmt="iso",
+    utc=True) writes), with the date and time formatted once per second, not once per event."""
+
+    __slots__ = ("_prefix", "_second")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._prefix = ""
+
+    def __call__(self, logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = second
+        event_dict["timestamp"] = f"{self._prefix}.{int((now - second) * 1e6):06d}Z"
+        return event_dict
+
+
+class _LineWriter:
+    """A structlog logger writing one line per event to a text stream.
+
+    Inside a running event loop the stream is flushed once per loop iteration, however many
+    events the iteration wrote (one write system call instead of one per request); outside a
+    loop every line is flushed at once. Lines keep their order: stdlib records that flush the
+    same stream flush the pending lines with them.
+    """
+
+    __slots__ = ("_file", "_lock", "_pending")
+
+    def __init__(self, file: TextIO) -> None:
+        self._file = file
+        self._lock = threading.Lock()
+        self._pending = False
+
+    def msg(self, message: str) -> None:
+        with self._lock:
+            self._file.write(message + "\n")
+            if self._pending:
+                return
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._file.flush()
+                return
+            self._pending = True
+        loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        with self._lock:
+            self._pending = False
+            self._file.flush()
+
+    info = warning = error = critical = debug = exception = log = msg
+
+
 def configure_logging(stream: TextIO | None = None, level: str | int = "info") -> None:
     """Send structlog events, and stdlib logging records (uvicorn, aiohttp), to `stream`
     (default: stdout) as redacted JSON lines. Calling it again replaces the previous set-up."""
@@ -153,7 +219,8 @@ def configure_logging(stream: TextIO | None = None, level: str | int = "info") -
     global _installed
     out = sys.stdout if stream is None else stream
     min_level = _level(level)
-    stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    stamp = _Stamp()
+    writer = _LineWriter(out)
     tail: list[Processor] = [
         structlog.processors.format_exc_info,
         REDACTOR,
@@ -166,7 +233,7 @@ def configure_logging(stream: TextIO | None = None, level: str | int = "info") -
         processors=[*head, structlog.processors.add_log_level, stamp, *tail],
         # Below info, calls are no-ops; above it _LevelFilter decides so audit events survive.
         wrapper_class=structlog.make_filtering_bound_logger(min(min_level, logging.INFO)),
-        logger_factory=structlog.WriteLoggerFactory(file=out),
+        logger_factory=lambda *args: writer,
         # Caching would pin loggers to this configuration; tests and reloads reconfigure.
         cache_logger_on_first_use=False,
     )
@@ -247,7 +314,7 @@ def _emit(event: str, fields: MutableMapping[str, object], extra: Mapping[str, o
     for key, value in extra.items():
         if key not in fields:
             fields[key] = REDACTED if REDACTOR.sensitive(key) else REDACTOR.redact(value)
-    structlog.get_logger().info(event, **fields)
+    _LOGGER.info(event, **fields)
     fields["event"] = event
 
 

@@ -334,3 +334,67 @@ def test_reconfigure_and_reset() -> None:
 def test_unknown_level_is_rejected() -> None:
     with pytest.raises(ValueError):
         configure_logging(stream=io.StringIO(), level="chatty")
+
+
+class _CountingStream(io.StringIO):
+    """A stream that remembers what had reached it at each flush."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed: list[str] = []
+
+    def flush(self) -> None:
+        super().flush()
+        self.flushed.append(self.getvalue())
+
+
+async def test_events_of_one_loop_iteration_share_one_flush() -> None:
+    import asyncio
+
+    out = _CountingStream()
+    configure_logging(stream=out)
+    log = structlog.get_logger()
+    log.info("first")
+    emit_blocked(include_text=False)
+    log.info("third")
+    assert out.flushed == []  # written, not yet flushed: the iteration is not over
+    await asyncio.sleep(0)
+    assert len(out.flushed) == 1
+    assert [json.loads(line)["event"] for line in out.flushed[0].splitlines()] == [
+        "first",
+        "audit",
+        "third",
+    ]
+    # A stdlib record flushes whatever is pending with it, in order.
+    log.info("fourth")
+    logging.getLogger("uvicorn.error").warning("stdlib")
+    assert [json.loads(line)["event"] for line in out.flushed[-1].splitlines()][-2:] == [
+        "fourth",
+        "stdlib",
+    ]
+    await asyncio.sleep(0)
+    assert out.getvalue().count("\n") == 5
+
+
+def test_without_a_running_loop_every_line_is_flushed() -> None:
+    out = _CountingStream()
+    configure_logging(stream=out)
+    structlog.get_logger().info("one")
+    emit_blocked(include_text=False)
+    assert [len(s.splitlines()) for s in out.flushed] == [1, 2]
+
+
+def test_timestamp_is_iso_utc_with_microseconds() -> None:
+    import re
+    from datetime import UTC, datetime, timedelta
+
+    out = io.StringIO()
+    configure_logging(stream=out)
+    before = datetime.now(UTC)
+    structlog.get_logger().info("stamped")
+    after = datetime.now(UTC)
+    stamp = json.loads(out.getvalue())["timestamp"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp)
+    at = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    slack = timedelta(milliseconds=1)  # float rounding of the fraction, not clock skew
+    assert before - slack <= at <= after + slack
