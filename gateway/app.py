@@ -7,8 +7,8 @@ in progressive streaming where each claim is released only once it has verified.
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -101,7 +101,8 @@ class _Exchange:
         self.headers: dict[str, str] = {
             k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self.raw_headers
         }
-        self.request_id = self.headers.get("x-request-id") or uuid.uuid4().hex
+        # 32 random hex digits, as uuid4().hex but without building a UUID object.
+        self.request_id = self.headers.get("x-request-id") or os.urandom(16).hex()
         self.path: str = scope["path"]
         qs: bytes = scope.get("query_string", b"")
         self.path_qs = self.path + ("?" + qs.decode("latin-1") if qs else "")
@@ -126,8 +127,11 @@ class _Exchange:
         content_type: bytes,
         extra: list[tuple[bytes, bytes]] | None = None,
         decision: str | None = None,
+        length: int | None = None,
     ) -> None:
         headers = [(b"content-type", content_type), *self._base_headers()]
+        if length is not None:
+            headers.append((b"content-length", str(length).encode()))
         if decision is not None:
             headers.append((b"x-citewarden-decision", decision.encode()))
         if extra:
@@ -148,7 +152,8 @@ class _Exchange:
         extra: list[tuple[bytes, bytes]] | None = None,
         decision: str | None = None,
     ) -> None:
-        await self.start(status, content_type, extra, decision)
+        # The whole body is known: framed by its length, not chunked.
+        await self.start(status, content_type, extra, decision, len(body))
         await self.body(body)
 
     async def read_body(self) -> bytes:
