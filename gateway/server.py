@@ -14,7 +14,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,6 +164,7 @@ async def run(settings: Settings, ready: asyncio.Event | None = None) -> None:
         upstream=settings.upstream,
         policies=[p.label for p in store.current.policies],
         shadow=[p.label for p in store.current.policies if p.policy.mode == "shadow"],
+        loop=type(loop).__module__.split(".")[0],  # "uvloop", or "asyncio" without it
     )
     tasks = [asyncio.create_task(s.serve()) for s in servers]
     if ready is not None:
@@ -236,5 +237,18 @@ def serve_from_args(args: argparse.Namespace, policies: Sequence[str], *, demo: 
             banner(f"http://{host}:{settings.port}", f"http://{host}:{settings.admin_port}"),
             flush=True,
         )
-    asyncio.run(run(settings))
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        runner.run(run(settings))
     return 0
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop when it is installed (a dependency except on Windows), else None
+    (asyncio's default). The servers share one loop that the gateway runs itself, so uvicorn's
+    own `loop="auto"` never applies: without this every socket read, write and timer of the
+    proxy would go through the pure-Python selector loop."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - Windows, or a stripped install
+        return None
+    return uvloop.new_event_loop

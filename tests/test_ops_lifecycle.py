@@ -367,6 +367,8 @@ def test_readyz_once_started(launch: Callable[[Path], Process], tmp_path: Path) 
     assert httpx.get(f"{p.admin_url}/healthz", timeout=5).status_code == 200
     started = [e for e in p.events() if e["event"] == "started"]
     assert len(started) == 1 and started[0]["policies"] == [label_of(policy)]
+    # The process runs its own loop; it must be uvloop (a dependency), not asyncio's selector.
+    assert started[0]["loop"] == "uvloop"
 
 
 def test_invalid_policy_at_start_up_exits_2_naming_file_and_line(tmp_path: Path) -> None:
