@@ -128,7 +128,8 @@ class RoutePipeline:
                 if hit is None or hit.claim.citations != c.citations:
                     unchecked.append(c)
                 else:
-                    reused[c.index] = dataclasses.replace(hit, claim=c)
+                    # Usually the very claim the stream verifier made (`_with_streamed`).
+                    reused[c.index] = hit if hit.claim is c else dataclasses.replace(hit, claim=c)
             fresh = iter(self.verifier.verify_claims(unchecked, ctx))
             verdicts = [reused.get(c.index) or next(fresh) for c in claims]
         report = Report(tuple(verdicts), ctx.fingerprint, time.perf_counter() - t0)

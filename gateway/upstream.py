@@ -234,8 +234,14 @@ class UpstreamStream:
         content = self._resp.content
         total = 0
         while True:
-            with _map_errors():
+            # `_map_errors` inlined: this runs once per chunk of every stream.
+            try:
                 chunk = await content.readany()
+            except Exception as exc:
+                mapped = _map_exception(exc)
+                if mapped is None or mapped is exc:
+                    raise
+                raise mapped from exc
             if not chunk:
                 return
             total += len(chunk)
