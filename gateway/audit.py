@@ -138,6 +138,10 @@ class _LevelFilter:
 
 
 _installed: tuple[logging.Handler, int] | None = None
+# The processors and writer configure_logging installed. While structlog still runs that very
+# list (a test's capture_logs swaps it out), audit events go through it directly: the same
+# processors and the same line, without building a bound logger per event.
+_direct: tuple[list[Processor], _LineWriter] | None = None
 
 
 def _level(level: str | int) -> int:
@@ -216,7 +220,7 @@ def configure_logging(stream: TextIO | None = None, level: str | int = "info") -
     """Send structlog events, and stdlib logging records (uvicorn, aiohttp), to `stream`
     (default: stdout) as redacted JSON lines. Calling it again replaces the previous set-up."""
     reset_logging()
-    global _installed
+    global _installed, _direct
     out = sys.stdout if stream is None else stream
     min_level = _level(level)
     stamp = _Stamp()
@@ -229,8 +233,9 @@ def configure_logging(stream: TextIO | None = None, level: str | int = "info") -
     head: list[Processor] = [structlog.contextvars.merge_contextvars]
     if min_level > logging.INFO:
         head.append(_LevelFilter(min_level))
+    processors: list[Processor] = [*head, structlog.processors.add_log_level, stamp, *tail]
     structlog.configure(
-        processors=[*head, structlog.processors.add_log_level, stamp, *tail],
+        processors=processors,
         # Below info, calls are no-ops; above it _LevelFilter decides so audit events survive.
         wrapper_class=structlog.make_filtering_bound_logger(min(min_level, logging.INFO)),
         logger_factory=lambda *args: writer,
@@ -251,13 +256,15 @@ def configure_logging(stream: TextIO | None = None, level: str | int = "info") -
     )
     root = logging.getLogger()
     _installed = (handler, root.level)
+    _direct = (processors, writer)
     root.addHandler(handler)
     root.setLevel(min_level)
 
 
 def reset_logging() -> None:
     """Undo configure_logging: structlog defaults, and the root logger as it was."""
-    global _installed
+    global _installed, _direct
+    _direct = None
     structlog.reset_defaults()
     if _installed is not None:
         handler, previous = _installed
@@ -314,7 +321,19 @@ def _emit(event: str, fields: MutableMapping[str, object], extra: Mapping[str, o
     for key, value in extra.items():
         if key not in fields:
             fields[key] = REDACTED if REDACTOR.sensitive(key) else REDACTOR.redact(value)
-    _LOGGER.info(event, **fields)
+    direct = _direct
+    if direct is not None and structlog.get_config()["processors"] is direct[0]:
+        processors, writer = direct
+        out: Any = {**fields, "event": event}
+        try:
+            for proc in processors:
+                out = proc(writer, "info", out)
+        except structlog.DropEvent:
+            pass
+        else:
+            writer.msg(out)
+    else:
+        _LOGGER.info(event, **fields)
     fields["event"] = event
 
 

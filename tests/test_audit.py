@@ -398,3 +398,19 @@ def test_timestamp_is_iso_utc_with_microseconds() -> None:
     at = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     slack = timedelta(milliseconds=1)  # float rounding of the fraction, not clock skew
     assert before - slack <= at <= after + slack
+
+
+def test_capture_inside_a_configured_set_up_sees_audit_events() -> None:
+    """Audit events take a direct route through the configured processors; a configuration
+    swapped in later (capture_logs here) must still receive them, and the stream must not."""
+    out = io.StringIO()
+    configure_logging(stream=out)
+    with capture_logs() as events:
+        emit_blocked(include_text=False)
+    assert [e["event"] for e in events] == ["audit"]
+    assert out.getvalue() == ""
+    emit_blocked(include_text=False)  # back on the configured route
+    (line,) = out.getvalue().splitlines()
+    event = json.loads(line)
+    assert event["event"] == "audit" and event["level"] == "info"
+    assert list(event)[-3:] == ["event", "level", "timestamp"]  # structlog's key order
