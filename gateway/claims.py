@@ -32,7 +32,7 @@ whole.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.citations import BRACKET, CitationParser, Marker
@@ -530,29 +530,36 @@ def segment(
 #
 # With every line complete, the walk above reduces to: per line, its kind from the same
 # patterns as `_classify`, then for a text line the same events in the same order, each found
-# once. Citation markers are the bracket groups `_scan_markers` accepts, scanned from the
-# line's body on; terminators are `_TERMINATOR` matches (a match does not depend on where the
-# search began, so the next one is searched again only once the walk has passed it); a run of
-# plain text ends at the first terminator before the next marker, else at that marker or the
-# line's end, trimmed of trailing whitespace. `tests/test_claims_fast.py` checks that the
-# segments equal the incremental walk's for any split of the text.
+# once. Citation markers are the bracket groups `_scan_markers` accepts: a group never spans a
+# line and whether it is a link or an image depends only on the characters around it, so
+# `_markers` over the whole text finds the same ones (those on lines that are not walked are
+# passed over). Terminators are `_TERMINATOR` matches: a match does not depend on
+# where the search began, and the characters after a line's body ("\r", "\n") are whitespace
+# as the end of the line is, so the next one is searched in the whole text, and again only once
+# the walk has passed it. A run of plain text ends at the first terminator before the next
+# marker, else at that marker or the line's end, trimmed of trailing whitespace.
+# `tests/test_claims_fast.py` checks that the segments equal the incremental walk's for any
+# split of the text.
 
 
 def _whole_lines(
     text: str, parser: CitationParser, exempt: Sequence[re.Pattern[str]]
 ) -> list[Segment]:
     out: list[Segment] = []
-    bracket = parser.bracket
     find = text.find
     nonspace = _NONSPACE.search
     terminator = _TERMINATOR.search
     n = len(text)
+    markers = _markers(text, parser) if "[" in text else []
+    nm = len(markers)
+    mi = 0  # the next marker not yet passed
     # The open claim: start (-1 when none), end, citations, whether a run of it starts with a
     # letter or digit (then it has words), and whether it is after its terminator.
     start = end = -1
     cits: list[Citation] = []
     words = after = False
     fence: str | None = None
+    ts = te = -1  # the next terminator (ts == n: none)
     ls = 0
     while True:
         nl = find("\n", ls)
@@ -571,8 +578,20 @@ def _whole_lines(
                 fence = None
             pos = -1
         elif ls == e or not text[ls].isalpha():  # a letter first makes a plain text line
+            # `_classify`; a line starting with a list bullet or an ASCII digit can only be
+            # a rule or list item, or a list item.
+            c = text[ls] if ls < e else ""
             pos = -1
-            if _BLANK.match(text, ls, e):
+            if c in _BULLETS:
+                if _RULE.match(text, ls, e):
+                    pass
+                elif m := _LIST.match(text, ls, e):
+                    pos = m.end()
+                else:
+                    pos = ls
+            elif c in _ASCII_DIGITS:
+                pos = m.end() if (m := _LIST.match(text, ls, e)) else ls
+            elif _BLANK.match(text, ls, e):
                 pass
             elif m := _FENCE.match(text, ls, e):
                 fence = m.group(1)
@@ -590,26 +609,55 @@ def _whole_lines(
                     words = False
                 after = False
         if pos >= 0:
-            ms, me, mc = _next_marker(text, pos, e, bracket)
-            ts = te = -1  # the next terminator (ts == e: none on this line)
-            while True:
-                sp = nonspace(text, pos, e)
-                if sp is None:
-                    break
-                p = sp.start()
+            while mi < nm and markers[mi][0] < pos:
+                mi += 1
+            ms = markers[mi][0] if mi < nm else n
+            if ms < e:
+                me, mc = markers[mi][1], markers[mi][2]
+            else:
+                ms = e
+            while pos < e:
+                # The next non-space character, most often right here or one space on.
+                if not text[pos].isspace():
+                    p = pos
+                elif pos + 1 < e and not text[pos + 1].isspace():
+                    p = pos + 1
+                else:
+                    sp = nonspace(text, pos, e)
+                    if sp is None:
+                        break
+                    p = sp.start()
                 if p == ms:  # a citation marker joins the open claim
                     if start < 0:
                         start = p
                     cits.extend(mc)
                     end = pos = me
-                    ms, me, mc = _next_marker(text, me, e, bracket)
+                    mi += 1
+                    ms = markers[mi][0] if mi < nm else n
+                    if ms < e:
+                        me, mc = markers[mi][1], markers[mi][2]
+                    else:
+                        ms = e
+                    if ts == pos and not after:
+                        # `[a:1].`: the terminator is a run of its own, no abbreviation, and
+                        # the next marker is after it; it ends the sentence.
+                        end = pos = te
+                        after = True
                     continue
                 # Plain text: it starts the next sentence unless it continues this one.
                 if after:
                     after = False
                     if not text[p].islower():
-                        if start >= 0:
-                            _emit(out, text, start, end, cits, words, exempt)
+                        if start >= 0:  # as `_emit`, inline
+                            body = text[start:end]
+                            found = tuple(cits)
+                            if words or _has_words(body, start, found):
+                                ex = False
+                                for pat in exempt:
+                                    if pat.search(body):
+                                        ex = True
+                                        break
+                                out.append(Segment(start, end, body, found, ex))
                             cits = []
                             words = False
                         start = -1
@@ -618,22 +666,28 @@ def _whole_lines(
                 if not words and text[p].isalnum():
                     words = True
                 if ts < p:
-                    t = terminator(text, p, e)
+                    t = terminator(text, p)
                     if t is None:
-                        ts = te = e
+                        ts = te = n
                     else:
                         ts, te = t.span()
                 if ts < ms:  # the run ends at a terminator
                     end = pos = te
                     if not (
-                        te == ts + 1 and text[ts] == "." and ts > p and _abbreviated(text, p, ts)
+                        te == ts + 1
+                        and text[ts] == "."
+                        and ts > p
+                        and not (
+                            ts - _LONG_WORD_LEN >= p
+                            and text[ts - 2] != "."
+                            and _LONG_WORD.fullmatch(text, ts - _LONG_WORD_LEN, ts)
+                        )
+                        and _abbreviated(text, p, ts)
                     ):
                         after = True
                     continue
                 end = p + len(text[p:ms].rstrip())
                 pos = ms
-                if ms == e:
-                    break
         if nl < 0:
             break
         ls = nl + 1
@@ -642,30 +696,31 @@ def _whole_lines(
     return out
 
 
-_NO_MARKER: tuple[Citation, ...] = ()
+# Characters that begin a non-blank, non-fence, non-heading line kind (`_RULE`, `_LIST`).
+_BULLETS = frozenset("-*+")
+_ASCII_DIGITS = frozenset("0123456789")
+# The end of a word before a "." that is no abbreviation: longer than any in ABBREVIATIONS,
+# so even `_LEADING_PUNCT` stripped from it leaves it too long, and (no "." before its last
+# letter) not dotted initials either.
+_LONG_WORD_LEN = max(map(len, ABBREVIATIONS)) + 1
+_LONG_WORD = re.compile(rf"[^ \t{re.escape(_LEADING_PUNCT)}]{{{_LONG_WORD_LEN}}}")
+
+# `BRACKET` without its optional "!": a literal first character makes searching much faster.
+_GROUP = re.compile(r"\[([^\[\]\n]*)\](\()?")
 
 
-def _next_marker(
-    text: str, i: int, e: int, bracket: Callable[[str, int], tuple[Citation, ...]]
-) -> tuple[int, int, tuple[Citation, ...]]:
-    """The first citation marker from `i` on in a complete line ending at `e`, or (e, e, ())."""
-    find = text.find
-    match = BRACKET.match
-    while True:
-        k = find("[", i, e)
-        if k < 0:
-            return e, e, _NO_MARKER
-        st = k - 1 if k > 0 and text[k - 1] == "!" else k
-        b = match(text, st, e)
-        if b is None:
-            i = k + 1
-            continue
-        i = b.end()
-        if b.group(2) is not None or st != k:
-            continue  # markdown link or image
-        cits = bracket(b.group(1), k + 1)
-        if cits:
-            return k, i, cits
+def _markers(text: str, parser: CitationParser) -> list[Marker]:
+    """The citation markers of a whole text, as `_scan_markers` accepts them on its lines."""
+    out: list[Marker] = []
+    bracket = parser.bracket
+    for g in _GROUP.finditer(text):
+        body, link = g.groups()
+        k = g.start()
+        if link is None and (k == 0 or text[k - 1] != "!"):  # not a link or an image
+            cits = bracket(body, k + 1)
+            if cits:
+                out.append((k, g.end(), cits))
+    return out
 
 
 def _emit(

@@ -41,6 +41,7 @@ _PIECES = st.sampled_from(
         # abbreviations, initials, decimals, versions
         "e.g. ", "i.e. ", "Dr. ", "dr. ", "U.S. ", "U.S.A. ", "J. ", "J.R.R. ", "Sec. ", "etc.",
         "(e.g. ", "\"Dr. ", "cf.", "vs.", "62.5 kWh", "3.1", "v2.1.3", "A.", "a.", "No.", "1.5.",
+        "approx. ", "(approx.", "**Sec.", "U.S.A.B.", "xapprox.", "softwares.", "_Dr.", "İNC.",
         # terminators with closers
         '."', ".'", ".)", ".”", ".’", "!»", "?*", "._", '!")', "…)", ")", '"', "“q”",
         # citation markers of every format, well formed and not
@@ -160,6 +161,10 @@ def test_whole_equals_one_character_at_a_time(sample: tuple[str, list[str]]) -> 
         "",
         "\n\n",
         "[a:1]",
+        # Words before a "." that are or are not abbreviations, at the length of the longest.
+        "It was approx. Ten [a:1]. Then (approx. Ten). Then xapprox. Ten. Then **approx. Ten.",
+        "From the U.S.A.B. Board [a:1]. From the U.S.A.B.C.D. Board. From the USABCDE. Board.",
+        "Said \"\"\"\"\"\"Dr. Who. Said Abcdefg. Who. Said İNC. Who [a:1].",
     ],
 )
 def test_whole_examples(text: str) -> None:
