@@ -4,10 +4,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.checks.numbers import _NUMBER, NumberMismatch, _matches, numbers_in
+from gateway.checks.base import claim_body, source_texts
+from gateway.checks.numbers import _NUMBER, _SCALES, _UNITS, NumberMismatch, numbers_in
 from gateway.citations import CitationParser
 from gateway.policy import Citations
-from gateway.types import Chunk, Citation, Claim, ContextSet, NativeLocation, Status
+from gateway.types import CheckResult, Chunk, Citation, Claim, ContextSet, NativeLocation, Status
 
 PARSER = CitationParser(Citations())
 CHECK = NumberMismatch()
@@ -93,15 +94,83 @@ def test_numbers_in() -> None:
     assert numbers_in("v2.1.3 A4") == []
 
 
+# A straightforward reference: every `_NUMBER` match (the definition of a number) over the
+# whole text, each converted on its own, and a claim number looked up in every source number.
+def reference_numbers(text: str) -> list[tuple[Decimal, bool, str]]:
+    out = []
+    for m in _NUMBER.finditer(text):
+        sign, _, num, scale, pct, unit = m.groups()
+        value = Decimal(num.replace(",", ""))
+        if sign:
+            value = -value
+        if scale:
+            value *= _SCALES[scale.lower()]
+        unit = unit.lower() if unit else ""
+        out.append((value.normalize(), pct is not None, unit if unit in _UNITS else ""))
+    return out
+
+
+def reference_check(c: Claim, ctx: ContextSet) -> tuple[Status, str | None, str]:
+    texts, textless = source_texts(c, ctx)
+    sources = [reference_numbers(t) for t in texts]
+    for v, p, u in reference_numbers(claim_body(c)):
+        if not any(
+            v2 == v and p2 == p and (u2 == u or not u or not u2)
+            for nums in sources
+            for v2, p2, u2 in nums
+        ):
+            if textless:
+                return Status.FAIL, "source_text_unavailable", "a cited chunk has no text"
+            shown = f"{v}{'%' if p else ''}{' ' + u if u else ''}"
+            return Status.FAIL, "number_mismatch", f"{shown} is in none of the cited sources"
+    return Status.PASS, None, ""
+
+
 _NUMBERISH = st.lists(
     st.sampled_from(
         [*"0123456789.,-−–$€ %kWhmillon()[{\t\n_v²", "٣", "°C", "per cent", "bn", "é"]
     )
 ).map("".join)
+# Numbers as answers and sources write them, and what may stand around them.
+_NUMBER_WORDS = st.lists(
+    st.sampled_from(
+        [
+            "1,200", "1.200", "1200", "1,2345", "62.5", "62.50", "$3.2 million", "$3,200,000",
+            "€ 4 bn", "80%", "80 percent", "80 per  cent", "2021", "2019-2021", "10–20", "-5",
+            " -5", " −3", "(−3%)", " – 4", ".5", "0.5", "62.5 kWh", "62.5kwh", "62.5 km",
+            "5°C", "5 °F", "3 thousand", "3 thousands", "v2.1.3", "A4", "٣", "1.2.3", "x",
+            " ", " ", "\n", ",", ".", "-", "$", "homes", " MB", "\u00a0", "_", "é", "’s",
+            ' "', "“", "”", "[a:1]", "per", "cent",
+        ]
+    ),
+    max_size=14,
+).map("".join)
 
 
 @settings(max_examples=500, deadline=None)
-@given(_NUMBERISH)
-def test_digit_anchored_scan_equals_the_pattern(text: str) -> None:
+@given(st.one_of(_NUMBERISH, _NUMBER_WORDS))
+def test_numbers_in_equals_the_full_pattern_scan(text: str) -> None:
     # The scan tries the pattern only next to digit runs; it must find what a full scan finds.
-    assert [m.span() for m in _matches(text)] == [m.span() for m in _NUMBER.finditer(text)]
+    assert numbers_in(text) == reference_numbers(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _NUMBER_WORDS,
+    _NUMBER_WORDS,
+    _NUMBER_WORDS,
+    st.sampled_from([" [a:1].", " [b:2].", " [a:1][b:2].", " [n:1].", " [a:1][n:1].", "."]),
+)
+def test_check_equals_the_reference(text: str, a_text: str, b_text: str, cite: str) -> None:
+    ctx = ContextSet()
+    ctx.extend([Chunk("a:1", a_text), Chunk("b:2", b_text), Chunk("n:1", None)])
+    c = claim(text + cite)
+    r = CHECK.run(c, ctx)
+    assert (r.status, r.reason, r.detail) == reference_check(c, ctx)
+
+
+def test_shared_pass_result() -> None:
+    # Passing claims share one result value (the verifier reads its status, not its identity).
+    ok = CHECK.run(claim("It served 1200 homes [a:1]."), CTX)
+    assert ok is CHECK.run(claim("No numbers [a:1]."), CTX)
+    assert ok == CheckResult.ok("number_mismatch")

@@ -1,6 +1,11 @@
-import pytest
+import re
 
-from gateway.checks.quotes import QuoteMismatch, quotes_in
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.checks.base import _QUOTE_MAP, claim_body, normalise, source_texts
+from gateway.checks.quotes import _DOUBLE, _ELLIPSIS, _SINGLE, QuoteMismatch, quotes_in
 from gateway.citations import CitationParser
 from gateway.policy import Citations
 from gateway.types import Chunk, Citation, Claim, ContextSet, Document, NativeLocation, Status
@@ -122,3 +127,64 @@ def test_native_ok(loc: dict[str, object]) -> None:
 )
 def test_native_mismatch(loc: dict[str, object], reason: str) -> None:
     assert CHECK.run(native(**loc), DOCS).reason == reason
+
+
+# Straightforward references: normalise with a regex, every pattern over the whole text, each
+# quote looked for in each source.
+def reference_normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", text.translate(_QUOTE_MAP)).strip()
+
+
+def reference_quotes(text: str) -> list[str]:
+    found = [m.group(1) or m.group(2) or m.group(3) for m in _DOUBLE.finditer(text)]
+    found = [q for q in found if len(q.split()) >= 2]
+    found += [m.group(1) for m in _SINGLE.finditer(text) if len(m.group(1).split()) >= 3]
+    quotes = [reference_normalise(q).rstrip(".,;:!?").strip() for q in found]
+    return [q for q in quotes if q]
+
+
+def reference_check(c: Claim, ctx: ContextSet) -> tuple[Status, str | None, str]:
+    texts, textless = source_texts(c, ctx)
+    sources = [reference_normalise(t) for t in texts]
+    for q in reference_quotes(claim_body(c)):
+        fragments = [f for f in _ELLIPSIS.split(q) if f]
+        if not any(all(f in src for f in fragments) for src in sources):
+            if textless:
+                return Status.FAIL, "source_text_unavailable", "a cited chunk has no text"
+            return Status.FAIL, "quote_mismatch", "quoted text is in none of the cited sources"
+    return Status.PASS, None, ""
+
+
+# Straight and curly quotes, nested and unclosed ones, apostrophes, ellipses and whitespace.
+_QUOTISH = st.lists(
+    st.sampled_from(
+        [
+            '"', "“", "”", "«", "»", "‘", "’", "'", "„", "‟", "‚", "‛", " ", " ", "  ", "\n",
+            "\t", "\u00a0", "\x1c", ".", ",", "!", "?", "...", "…", "[...]", "growth",
+            " was", " strong", "it’s", "é", "The report says", " in spring", "[a:1]",
+        ]
+    ),
+    max_size=16,
+).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_QUOTISH)
+def test_quotes_in_and_normalise_equal_the_references(text: str) -> None:
+    assert normalise(text) == reference_normalise(text)
+    assert quotes_in(text) == reference_quotes(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _QUOTISH,
+    _QUOTISH,
+    _QUOTISH,
+    st.sampled_from([" [a:1].", " [b:2].", " [a:1][b:2].", " [n:1].", " [b:2][n:1].", "."]),
+)
+def test_check_equals_the_reference(text: str, a_text: str, b_text: str, cite: str) -> None:
+    ctx = ContextSet()
+    ctx.extend([Chunk("a:1", a_text), Chunk("b:2", b_text), Chunk("n:1", None)])
+    c = claim(text + cite)
+    r = CHECK.run(c, ctx)
+    assert (r.status, r.reason, r.detail) == reference_check(c, ctx)

@@ -6,7 +6,6 @@ A sync check is pure and local; an async check may call a remote service under a
 from __future__ import annotations
 
 import abc
-import re
 from collections.abc import Sequence
 from decimal import Decimal
 from functools import lru_cache
@@ -156,14 +155,17 @@ def source_texts(claim: Claim, ctx: ContextSet) -> tuple[list[str], bool]:
     return texts, textless
 
 
-_WS = re.compile(r"\s+")
 _QUOTE_MAP = str.maketrans({"“": '"', "”": '"', "„": '"', "‟": '"', "«": '"', "»": '"',
                             "‘": "'", "’": "'", "‚": "'", "‛": "'", "\u00a0": " "})
 
 
 def normalise(text: str) -> str:
     """Curly quotes to straight ones, whitespace runs to one space, ends stripped."""
-    return _WS.sub(" ", text.translate(_QUOTE_MAP)).strip()
+    # `str.split()` splits at exactly the characters `\s` matches (`str.isspace`), and every
+    # character `_QUOTE_MAP` changes is outside ASCII.
+    if not text.isascii():
+        text = text.translate(_QUOTE_MAP)
+    return " ".join(text.split())
 
 
 class SourceText:
@@ -171,12 +173,13 @@ class SourceText:
     normalised text (quotes), its numbers and its content words. Shared through
     `source_text`, so a chunk cited by many claims (or requests) is indexed once."""
 
-    __slots__ = ("_numbers", "_words", "normalised_text", "text")
+    __slots__ = ("_loose", "_numbers", "_words", "normalised_text", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
         self.normalised_text: str | None = None
         self._numbers: frozenset[tuple[Decimal, bool, str]] | None = None
+        self._loose: frozenset[tuple[Decimal, bool]] = frozenset()
         self._words: frozenset[str] | None = None
 
     @property
@@ -192,8 +195,21 @@ class SourceText:
         if n is None:
             from gateway.checks.numbers import numbers_in
 
-            n = self._numbers = frozenset(numbers_in(self.text))
+            n = frozenset(numbers_in(self.text))
+            self._loose = frozenset([(v, p) for v, p, _ in n])
+            self._numbers = n
         return n
+
+    def has_number(self, q: tuple[Decimal, bool, str]) -> bool:
+        """Whether the text has the number `q` (value, percent-ness, unit): equal value and
+        percent-ness, and the same unit unless either side has none."""
+        nums = self._numbers
+        if nums is None:
+            nums = self.numbers
+        value, pct, unit = q
+        if unit:
+            return q in nums or (value, pct, "") in nums
+        return (value, pct) in self._loose
 
     @property
     def words(self) -> frozenset[str]:

@@ -11,9 +11,10 @@ Numbers inside citation markers and list numbering are not part of the claim tex
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
+from typing import Any
 
-from gateway.checks.base import ClaimFacts, FactsCheck
+from gateway.checks.base import ClaimFacts, FactsCheck, SourceText
 from gateway.types import CheckResult
 
 __all__ = ["NumberMismatch", "Quantity", "numbers_in"]
@@ -45,85 +46,126 @@ _NUMBER = re.compile(
     r"(?:\s?(?P<pct>%|percent\b|per\s+cent\b)|\s?(?P<unit>°[CF]|[A-Za-z]{1,3}\b))?"
 )
 
+# `_NUMBER` from the first digit of its number on: what a scan finds without trying the
+# pattern's lookbehinds at every position. The same alternatives, with the first digit in
+# front (so the pattern starts with a character set, which a search skips to in C) and the
+# optional space before the scale word, percent sign or unit taken possessively and once for
+# both (none of those starts with a space, so no match is lost or changed). `{d}` is \d, or
+# [0-9] for ASCII text, where the two are the same.
+_TAIL_PATTERN = (
+    r"(?P<num>{d}(?:{d}{{0,2}}(?:,{d}{{3}})+(?:\.{d}+)?|{d}*(?:\.{d}+)?))(?!{d})"
+    r"(?:\s?+(?P<scale>thousand|million|billion|trillion|mn|bn)\b)?"
+    r"(?:\s?+(?:(?P<pct>%|percent\b|per\s+cent\b)|(?P<unit>°[CF]|[A-Za-z]{{1,3}}\b)))?"
+)
+_TAIL = re.compile(_TAIL_PATTERN.format(d=r"\d"))
+_TAIL_ASCII = re.compile(_TAIL_PATTERN.format(d="[0-9]"))
+
 # (value, is_percent, unit or "")
 Quantity = tuple[Decimal, bool, str]
 
-
-_DIGIT = re.compile(r"\d")
-_DIGITS = re.compile(r"\d+")
 _CURRENCY = "$€£¥"
 _SIGN = "-−–"
 
 
-def _matches(text: str) -> list[re.Match[str]]:
-    """`_NUMBER.finditer(text)`, trying the pattern only where a match can start.
-
-    Its leading lookbehinds make a scan of every position slow. A match starts at a run of
-    digits or at most four characters before it ([sign][currency][space][.]); inside a run
-    the lookbehind fails, so each run is tried once. A start right after a word character,
-    "." or "," fails that lookbehind (`\\w` is `str.isalnum()` or "_"), so it is skipped
-    without calling the pattern."""
-    out: list[re.Match[str]] = []
-    pos = 0
-    while True:
-        run = _DIGITS.search(text, pos)
-        if run is None:
-            return out
-        d = run.start()
-        j = d
-        if j > pos and text[j - 1] == ".":
-            j -= 1
-        if j > pos and text[j - 1].isspace():
-            j -= 1
-        if j > pos and text[j - 1] in _CURRENCY:
-            j -= 1
-        if j > pos and text[j - 1] in _SIGN:
-            j -= 1
-        for i in range(j, d + 1):
-            if i:
-                before = text[i - 1]
-                if before.isalnum() or before in "_.,":
-                    continue
-            m = _NUMBER.match(text, i)
-            if m is not None:
-                out.append(m)
-                pos = m.end()
-                break
-        else:
-            pos = run.end()
-
-
 def numbers_in(text: str) -> list[Quantity]:
-    """The numbers of `text` as exact values with percent-ness and known unit."""
+    """The numbers of `text` as exact values with percent-ness and known unit: those of the
+    matches of `_NUMBER.finditer(text)`, in order.
+
+    The scan finds each digit run that can begin a number, with its `_TAIL`. Before the run,
+    a match may also take a sign, a currency symbol, a space and a "." (".5"); of those only
+    the sign and the "." change the number, so a run with neither among the four characters
+    before it is the tail of the leftmost match exactly when the character before it is no
+    word character, "." or ",". Otherwise `_leftmost` tries `_NUMBER` at each start a match
+    can have, leftmost first, as `finditer` would. No match starts inside a tail after its
+    first digit (every character there that could start one follows a digit, a letter or a
+    space that the pattern's lookbehinds reject), so the scan resumes after the tail."""
     out: list[Quantity] = []
-    for m in _matches(text):
-        sign, _, num, scale, pct, unit = m.groups()
-        try:
-            value = Decimal(num.replace(",", "") if "," in num else num)
-        except InvalidOperation:  # pragma: no cover - the pattern only admits digits
-            continue
-        if sign:
-            value = -value
-        if scale:
-            value *= _SCALES[scale.lower()]
-        if unit:
-            unit = unit.lower()
-            if unit not in _UNITS:
-                unit = ""
-        else:
-            unit = ""
-        out.append((value.normalize(), pct is not None, unit))
+    pos = 0  # end of the last number: no match starts before it
+    signed = "-" in text or "−" in text or "–" in text
+    positive = _POSITIVE
+    for t in (_TAIL_ASCII if text.isascii() else _TAIL).finditer(text):
+        d = t.start()
+        if d:
+            before = text[d - 1]
+            if before.isalnum() or before == "_" or before == ",":
+                continue  # no match starts at d, and no sign, currency, space or "." precedes
+            if before == "." or (signed and _sign_near(text, d)):
+                m = _leftmost(text, pos, d)
+                if m is not None:
+                    pos = m.end()
+                    g = m.groups()
+                    out.append(_quantity(g[0] is not None, g[2:]))
+                continue
+        pos = t.end()
+        g = t.groups()
+        q = positive.get(g)
+        out.append(_quantity(False, g) if q is None else q)
     return out
 
 
-def _found(q: Quantity, sources: list[frozenset[Quantity]]) -> bool:
-    value, pct, unit = q
-    for nums in sources:
-        if q in nums or (value, pct, "") in nums:
-            return True
-        if not unit and any(v == value and p == pct for v, p, _ in nums):
-            return True
-    return False
+def _sign_near(text: str, d: int) -> bool:
+    """Whether a sign is among the four characters before `d`."""
+    near = text[d - 4 if d > 4 else 0 : d]
+    return "-" in near or "−" in near or "–" in near
+
+
+def _leftmost(text: str, pos: int, d: int) -> re.Match[str] | None:
+    """The `_NUMBER` match that `finditer` finds for the digit run at `d`, resuming at `pos`:
+    it starts at most four characters before the run ([sign][currency][space][.])."""
+    j = d
+    if j > pos and text[j - 1] == ".":
+        j -= 1
+    if j > pos and text[j - 1].isspace():
+        j -= 1
+    if j > pos and text[j - 1] in _CURRENCY:
+        j -= 1
+    if j > pos and text[j - 1] in _SIGN:
+        j -= 1
+    for i in range(j, d + 1):
+        if i:
+            before = text[i - 1]
+            if before.isalnum() or before in "_.,":
+                continue
+        m = _NUMBER.match(text, i)
+        if m is not None:
+            return m
+    return None
+
+
+# The value of a number from its groups (num, scale, pct, unit), memoised per sign: the same
+# few numbers recur. Bounded; a full memo starts again.
+_Groups = tuple[str | Any, ...]
+_POSITIVE: dict[_Groups, Quantity] = {}
+_NEGATIVE: dict[_Groups, Quantity] = {}
+_MAX_MEMO = 4096
+
+
+def _quantity(negative: bool, groups: _Groups) -> Quantity:
+    memo = _NEGATIVE if negative else _POSITIVE
+    q = memo.get(groups)
+    if q is not None:
+        return q
+    num, scale, pct, unit = groups
+    value = Decimal(num.replace(",", "") if "," in num else num)
+    if negative:
+        value = -value
+    if scale:
+        value *= _SCALES[scale.lower()]
+    u = ""
+    if unit:
+        u = unit.lower()
+        if u not in _UNITS:
+            u = ""
+    q = (value.normalize(), pct is not None, u)
+    if len(memo) >= _MAX_MEMO:
+        memo.clear()
+    memo[groups] = q
+    return q
+
+
+def _found(q: Quantity, sources: list[SourceText]) -> bool:
+    """Whether a cited source has `q` (see `SourceText.has_number`)."""
+    return any(s.has_number(q) for s in sources)
 
 
 _OK = CheckResult.ok("number_mismatch")
@@ -133,22 +175,27 @@ class NumberMismatch(FactsCheck):
     name = "number_mismatch"
 
     def check(self, facts: ClaimFacts) -> CheckResult:
-        body = facts.body
-        if _DIGIT.search(body) is None:
-            return _OK
-        wanted = numbers_in(body)
+        wanted = numbers_in(facts.body)
         if not wanted:
             return _OK
-        indexed, textless = facts.sources()
-        sources = [s.numbers for s in indexed]
-        for q in wanted:
-            if not _found(q, sources):
-                if textless:
-                    return CheckResult.fail(
-                        self.name, "source_text_unavailable", "a cited chunk has no text"
-                    )
-                shown = f"{q[0]}{'%' if q[1] else ''}{' ' + q[2] if q[2] else ''}"
-                return CheckResult.fail(
-                    self.name, "number_mismatch", f"{shown} is in none of the cited sources"
-                )
+        sources, textless = facts.sources()
+        if len(sources) == 1:
+            has = sources[0].has_number
+            for q in wanted:
+                if not has(q):
+                    return self._missing(q, textless)
+        else:
+            for q in wanted:
+                if not _found(q, sources):
+                    return self._missing(q, textless)
         return _OK
+
+    def _missing(self, q: Quantity, textless: bool) -> CheckResult:
+        if textless:
+            return CheckResult.fail(
+                self.name, "source_text_unavailable", "a cited chunk has no text"
+            )
+        shown = f"{q[0]}{'%' if q[1] else ''}{' ' + q[2] if q[2] else ''}"
+        return CheckResult.fail(
+            self.name, "number_mismatch", f"{shown} is in none of the cited sources"
+        )

@@ -24,6 +24,7 @@ from gateway.types import CheckResult, ContextSet, NativeLocation
 __all__ = ["QuoteMismatch", "quotes_in"]
 
 _DOUBLE = re.compile(r'"([^"\n]+)"|“([^”\n]+)”|«([^»\n]+)»')
+_STRAIGHT = re.compile(r'"([^"\n]+)"')
 _SINGLE = re.compile(r"(?<!\w)‘([^‘\n]+?)’(?!\w)")
 _ELLIPSIS = re.compile(r"\s*(?:\.\.\.|…|\[\.\.\.\]|\[…\])\s*")
 _TRAIL = ".,;:!?"
@@ -34,20 +35,30 @@ def quotes_in(text: str) -> list[str]:
     found: list[str] = []
     # Each pattern only where its opening character occurs (`_SINGLE` starts with a
     # lookbehind, which makes a scan of every position slow).
-    if '"' in text or "“" in text or "«" in text:
-        for m in _DOUBLE.finditer(text):
-            q = m.group(1) or m.group(2) or m.group(3) or ""
-            if len(q.split()) >= 2:
-                found.append(q)
+    if "“" in text or "«" in text:
+        _keep([a or b or c for a, b, c in _DOUBLE.findall(text)], 2, found)
+    elif '"' in text:  # `_DOUBLE` finds only its first alternative
+        _keep(_STRAIGHT.findall(text), 2, found)
     if "‘" in text:
-        for m in _SINGLE.finditer(text):
-            if len(m.group(1).split()) >= 3:
-                found.append(m.group(1))
-    return [n for n in (normalise(q).rstrip(_TRAIL).strip() for q in found) if n]
+        _keep(_SINGLE.findall(text), 3, found)
+    return found
+
+
+def _keep(quoted: list[str], words: int, found: list[str]) -> None:
+    """Append the normalised quotes of at least `words` words, trailing punctuation dropped."""
+    for q in quoted:
+        parts = q.split()
+        if len(parts) >= words:
+            # `normalise(q)`: the quote map changes no whitespace and no ASCII character.
+            n = (" ".join(parts) if q.isascii() else normalise(q)).rstrip(_TRAIL).strip()
+            if n:
+                found.append(n)
 
 
 def _quote_in(quote: str, sources: list[str]) -> bool:
     if "..." not in quote and "…" not in quote:  # no ellipsis: one fragment, the quote
+        if len(sources) == 1:
+            return quote in sources[0]
         return any(quote in src for src in sources)
     fragments = [f for f in _ELLIPSIS.split(quote) if f]
     return any(all(f in src for f in fragments) for src in sources)
