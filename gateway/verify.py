@@ -23,6 +23,7 @@ from gateway.checks.base import (
     ClaimFacts,
     FactsCheck,
 )
+from gateway.checks.ids import PASS_PLAIN, plain_citations
 from gateway.citations import CitationParser
 from gateway.claims import ClaimSegmenter
 from gateway.types import (
@@ -75,8 +76,14 @@ class Verifier:
         # The usual policy has facts-reading checks only: their bound methods, looped over
         # without the dispatch above.
         self._facts_only: list[tuple[int, Callable[[ClaimFacts], CheckResult]]] | None = None
+        # The same without the checks that pass every claim with plain citations (the usual
+        # claim), which `_decide` runs instead for such a claim.
+        self._facts_plain: list[tuple[int, Callable[[ClaimFacts], CheckResult]]] = []
         if all(fast is not None for _, fast, _ in self._plan):
             self._facts_only = [(i, fast.check) for i, fast, _ in self._plan if fast is not None]
+            self._facts_plain = [
+                (i, run) for i, run in self._facts_only if type(self.checks[i]) not in PASS_PLAIN
+            ]
 
     # -- claims ------------------------------------------------------------------------------
 
@@ -217,7 +224,13 @@ class Verifier:
         # nothing until something raises, while a helper call per check and claim does.
         r: object
         if self._facts_only is not None:
-            for i, run in self._facts_only:
+            runs = self._facts_only
+            try:
+                if plain_citations(claim, ctx):
+                    runs = self._facts_plain
+            except Exception:  # then every check runs, each isolated
+                pass
+            for i, run in runs:
                 try:
                     r = run(facts)
                 except Exception as exc:  # a check bug must not release an unverified claim

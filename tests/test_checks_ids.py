@@ -1,8 +1,17 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway import checks
 from gateway.checks.base import run_safely
-from gateway.checks.ids import HallucinatedCitation, MalformedCitation, MissingCitation, StaleSource
+from gateway.checks.ids import (
+    PASS_PLAIN,
+    HallucinatedCitation,
+    MalformedCitation,
+    MissingCitation,
+    StaleSource,
+    plain_citations,
+)
 from gateway.citations import CitationParser
 from gateway.policy import Citations, Policy
 from gateway.types import (
@@ -119,3 +128,44 @@ class _Liar:
 def test_crashing_check_is_an_error_not_an_exception(check: checks.Check) -> None:
     r = run_safely(check, claim("x [a:1]."), CTX)
     assert r.status is Status.ERROR and r.kind == "crash"
+
+
+_NATIVE = NativeLocation("char_location", "alpha", document_index=0, start=0, end=5)
+_CITATIONS = st.lists(
+    st.builds(
+        Citation,
+        id=st.sampled_from(["a:1", "b:2", "c:3", "z:9", "а:1"]),
+        raw=st.just(""),
+        start=st.just(-1),
+        end=st.just(-1),
+        version=st.sampled_from([None, "v1", "v2", "2"]),
+        malformed=st.sampled_from([None, None, None, "empty half"]),
+        native=st.sampled_from([None, None, None, _NATIVE]),
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_CITATIONS)
+def test_plain_citations_pass_every_id_check(cits: list[Citation]) -> None:
+    # The verifier skips these checks for a claim with plain citations: each must pass it.
+    c = Claim(0, 0, "Some claim.", 0, 11, tuple(cits))
+    results = [k().run(c, CTX) for k in PASS_PLAIN]
+    if plain_citations(c, CTX):
+        assert all(r.status is Status.PASS for r in results)
+    if all(r.status is Status.PASS for r in results) and all(
+        x.native is None and x.malformed is None for x in cits
+    ):
+        # and it is no stricter than the checks, but for natives and malformed markers
+        # (which some of these checks pass), left to the checks themselves
+        assert plain_citations(c, CTX)
+
+
+def test_plain_citations_examples() -> None:
+    assert plain_citations(claim("Cited [a:1][b:2]."), CTX)
+    assert plain_citations(claim("At its version [a:1@v1][b:2@v9]."), CTX)
+    assert not plain_citations(claim("Nothing cited."), CTX)
+    assert not plain_citations(claim("Stale [a:1@v0]."), CTX)
+    assert not plain_citations(claim("Unknown [z:9]."), CTX)
+    assert not plain_citations(claim("Bad [a:]."), CTX)

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.checks.base import ClaimFacts, FactsCheck, run_safely
-from gateway.checks.ids import MissingCitation
+from gateway.checks.ids import MissingCitation, StaleSource
 from gateway.policy import Policy
 from gateway.types import (
     Answer,
@@ -291,6 +291,21 @@ def test_a_crashing_facts_check_errors_its_claim_only(
         assert (second.verdict, second.check) == ("errored", "none")
 
 
+class _StricterStale(StaleSource):
+    def check(self, facts: ClaimFacts) -> CheckResult:
+        return CheckResult.fail(self.name, "stale_source", "always")
+
+
+def test_only_the_id_checks_themselves_are_skipped_for_plain_citations() -> None:
+    # A plain claim skips missing/malformed/hallucinated/stale, which pass it; a subclass of
+    # one of them decides for itself and still runs.
+    v = Verifier(make_policy(), checks=[MissingCitation(), StaleSource()])
+    assert v.verify(answer("Wind [b:2]."), CTX).claims[0].verdict == "verified"
+    v = Verifier(make_policy(), checks=[MissingCitation(), _StricterStale()])
+    r = v.verify(answer("Wind [b:2]."), CTX).claims[0]
+    assert (r.verdict, r.check, r.detail) == ("failed", "stale_source", "always")
+
+
 def test_rejects_objects_that_are_not_checks() -> None:
     with pytest.raises(TypeError):
         Verifier(make_policy(), checks=[object()])  # type: ignore[list-item]
@@ -300,7 +315,8 @@ _WORDS = st.sampled_from(
     [
         "The plant", " opened in 2021", " serves 1,200 homes", " 80%", " 62.5 kWh", " wind power",
         ' "runs on wind"', " “on wind power”", " [a:1]", " [b:2]", " [c:3]", " [a:1@v2]", ".",
-        " e.g.", "\n", "\n- ", " it’s", " $3.2 million",
+        " e.g.", "\n", "\n- ", " it’s", " $3.2 million", " [a:1@v1]", " [d:4]", " [a:]",
+        " -5", " 1.200",
     ]
 )
 _CHUNK_TEXTS = st.lists(

@@ -6,14 +6,16 @@ They need no chunk text, so they also work with an id-only context.
 from __future__ import annotations
 
 from gateway.checks.base import ClaimFacts, FactsCheck
-from gateway.types import CheckResult, Citation, ContextSet, Document, NativeLocation
+from gateway.types import CheckResult, Citation, Claim, ContextSet, Document, NativeLocation
 
 __all__ = [
+    "PASS_PLAIN",
     "HallucinatedCitation",
     "MalformedCitation",
     "MissingCitation",
     "StaleSource",
     "native_document",
+    "plain_citations",
 ]
 
 
@@ -104,3 +106,29 @@ class StaleSource(FactsCheck):
                     self.name, "stale_source", f"id {c.id!r} cited at a different version"
                 )
         return _OK_STALE
+
+
+def plain_citations(claim: Claim, ctx: ContextSet) -> bool:
+    """Whether every check of this module passes the claim: it has citations, and each is a
+    well-formed marker (not native) naming a chunk of the context, at the chunk's version when
+    both have one. The usual claim; a verifier can skip those checks for it."""
+    cits = claim.citations
+    if not cits:
+        return False
+    chunks = ctx.chunks
+    for c in cits:
+        if c.malformed is not None or c.native is not None:
+            return False
+        chunk = chunks.get(c.id)
+        if chunk is None:
+            return False
+        if c.version is not None and chunk.version is not None and chunk.version != c.version:
+            return False
+    return True
+
+
+# The checks (exact classes: a subclass may decide otherwise) that pass every claim with
+# `plain_citations`.
+PASS_PLAIN: frozenset[type] = frozenset(
+    {MissingCitation, MalformedCitation, HallucinatedCitation, StaleSource}
+)
