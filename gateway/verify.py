@@ -23,7 +23,7 @@ from gateway.checks.base import (
     ClaimFacts,
     FactsCheck,
 )
-from gateway.checks.ids import PASS_PLAIN, plain_citations
+from gateway.checks.ids import PASS_PLAIN
 from gateway.citations import CitationParser
 from gateway.claims import ClaimSegmenter
 from gateway.types import (
@@ -226,7 +226,7 @@ class Verifier:
         if self._facts_only is not None:
             runs = self._facts_only
             try:
-                if plain_citations(claim, ctx):
+                if facts.plain():
                     runs = self._facts_plain
             except Exception:  # then every check runs, each isolated
                 pass

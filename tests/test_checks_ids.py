@@ -3,14 +3,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import checks
-from gateway.checks.base import run_safely
+from gateway.checks.base import ClaimFacts, run_safely
 from gateway.checks.ids import (
     PASS_PLAIN,
     HallucinatedCitation,
     MalformedCitation,
     MissingCitation,
     StaleSource,
-    plain_citations,
 )
 from gateway.citations import CitationParser
 from gateway.policy import Citations, Policy
@@ -148,24 +147,27 @@ _CITATIONS = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(_CITATIONS)
-def test_plain_citations_pass_every_id_check(cits: list[Citation]) -> None:
+def test_plain_claims_pass_every_id_check(cits: list[Citation]) -> None:
     # The verifier skips these checks for a claim with plain citations: each must pass it.
     c = Claim(0, 0, "Some claim.", 0, 11, tuple(cits))
     results = [k().run(c, CTX) for k in PASS_PLAIN]
-    if plain_citations(c, CTX):
+    facts = ClaimFacts(c, CTX)
+    if facts.plain():
         assert all(r.status is Status.PASS for r in results)
+    # what `plain` finds of the sources on the way is what `sources` finds
+    assert facts.sources() == ClaimFacts(c, CTX).sources()
     if all(r.status is Status.PASS for r in results) and all(
         x.native is None and x.malformed is None for x in cits
     ):
         # and it is no stricter than the checks, but for natives and malformed markers
         # (which some of these checks pass), left to the checks themselves
-        assert plain_citations(c, CTX)
+        assert ClaimFacts(c, CTX).plain()
 
 
-def test_plain_citations_examples() -> None:
-    assert plain_citations(claim("Cited [a:1][b:2]."), CTX)
-    assert plain_citations(claim("At its version [a:1@v1][b:2@v9]."), CTX)
-    assert not plain_citations(claim("Nothing cited."), CTX)
-    assert not plain_citations(claim("Stale [a:1@v0]."), CTX)
-    assert not plain_citations(claim("Unknown [z:9]."), CTX)
-    assert not plain_citations(claim("Bad [a:]."), CTX)
+def test_plain_claims_examples() -> None:
+    assert ClaimFacts(claim("Cited [a:1][b:2]."), CTX).plain()
+    assert ClaimFacts(claim("At its version [a:1@v1][b:2@v9]."), CTX).plain()
+    assert not ClaimFacts(claim("Nothing cited."), CTX).plain()
+    assert not ClaimFacts(claim("Stale [a:1@v0]."), CTX).plain()
+    assert not ClaimFacts(claim("Unknown [z:9]."), CTX).plain()
+    assert not ClaimFacts(claim("Bad [a:]."), CTX).plain()

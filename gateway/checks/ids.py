@@ -6,7 +6,7 @@ They need no chunk text, so they also work with an id-only context.
 from __future__ import annotations
 
 from gateway.checks.base import ClaimFacts, FactsCheck
-from gateway.types import CheckResult, Citation, Claim, ContextSet, Document, NativeLocation
+from gateway.types import CheckResult, Citation, ContextSet, Document, NativeLocation
 
 __all__ = [
     "PASS_PLAIN",
@@ -15,7 +15,6 @@ __all__ = [
     "MissingCitation",
     "StaleSource",
     "native_document",
-    "plain_citations",
 ]
 
 
@@ -108,27 +107,9 @@ class StaleSource(FactsCheck):
         return _OK_STALE
 
 
-def plain_citations(claim: Claim, ctx: ContextSet) -> bool:
-    """Whether every check of this module passes the claim: it has citations, and each is a
-    well-formed marker (not native) naming a chunk of the context, at the chunk's version when
-    both have one. The usual claim; a verifier can skip those checks for it."""
-    cits = claim.citations
-    if not cits:
-        return False
-    chunks = ctx.chunks
-    for c in cits:
-        if c.malformed is not None or c.native is not None:
-            return False
-        chunk = chunks.get(c.id)
-        if chunk is None:
-            return False
-        if c.version is not None and chunk.version is not None and chunk.version != c.version:
-            return False
-    return True
 
-
-# The checks (exact classes: a subclass may decide otherwise) that pass every claim with
-# `plain_citations`.
+# The checks (exact classes: a subclass may decide otherwise) that pass every claim whose
+# `ClaimFacts.plain()` holds, so that a verifier may skip them for it.
 PASS_PLAIN: frozenset[type] = frozenset(
     {MissingCitation, MalformedCitation, HallucinatedCitation, StaleSource}
 )

@@ -80,23 +80,23 @@ def numbers_in(text: str) -> list[Quantity]:
     first digit (every character there that could start one follows a digit, a letter or a
     space that the pattern's lookbehinds reject), so the scan resumes after the tail."""
     out: list[Quantity] = []
-    pos = 0  # end of the last number: no match starts before it
     signed = "-" in text or "−" in text or "–" in text
     positive = _POSITIVE
+    last: re.Match[str] | None = None  # the last number's match
     for t in (_TAIL_ASCII if text.isascii() else _TAIL).finditer(text):
         d = t.start()
-        if d:
+        if d and (text[d - 1] != " " or signed):  # the usual number follows a space
             before = text[d - 1]
             if before.isalnum() or before == "_" or before == ",":
                 continue  # no match starts at d, and no sign, currency, space or "." precedes
             if before == "." or (signed and _sign_near(text, d)):
-                m = _leftmost(text, pos, d)
+                m = _leftmost(text, 0 if last is None else last.end(), d)
                 if m is not None:
-                    pos = m.end()
+                    last = m
                     g = m.groups()
                     out.append(_quantity(g[0] is not None, g[2:]))
                 continue
-        pos = t.end()
+        last = t
         g = t.groups()
         q = positive.get(g)
         out.append(_quantity(False, g) if q is None else q)
