@@ -279,12 +279,14 @@ class ClaimSegmenter:
                     break
                 p = m.start() + bb
                 lim = self._scan_markers(end, complete)
-                if lim == p:
-                    marker = self._marker
-                    if marker is None:  # a marker may start here; more text will tell
-                        pos = p
-                        self._wake = self._mwait
-                        break
+                marker = self._marker
+                # An undecided group at `p` may be a marker, more text will tell; one that
+                # starts with "!" is an image or text, so plain text starts here either way.
+                if lim == p and marker is None and buf[p - bb] == "[":
+                    pos = p
+                    self._wake = self._mwait
+                    break
+                if lim == p and marker is not None:
                     ms, me, cits = marker
                     if self._start < 0:
                         self._start = ms
@@ -318,6 +320,14 @@ class ClaimSegmenter:
                 continue
             if t is not None:
                 self._tscan = t.start() + bb
+            else:
+                # No terminator yet: only a run of terminator characters at the end can
+                # still become one (searching again from here keeps the walk linear).
+                j = end - bb
+                lo = self._tscan - bb
+                while j > lo and buf[j - 1] in _TERMINATOR_CHARS:
+                    j -= 1
+                self._tscan = j + bb
             if self._marker is not None or complete:
                 self._end = self._trim_back(lim, run)
                 self._run = -1
@@ -325,14 +335,6 @@ class ClaimSegmenter:
                 if lim == end:
                     break
                 continue
-            if t is None:
-                # No terminator yet: only a run of terminator characters at the end can
-                # still become one.
-                j = end - bb
-                lo = self._tscan - bb
-                while j > lo and buf[j - 1] in _TERMINATOR_CHARS:
-                    j -= 1
-                self._tscan = j + bb
             if self._mwait is not None:
                 self._wake = self._mwait
             else:

@@ -158,6 +158,9 @@ def test_citation_after_the_period_waits_for_the_next_sentence() -> None:
     # A bracket that turns out to be prose or a link starts the next sentence.
     assert _released("Foo is 3. [see", " below] x") == [[], ["Foo is 3."]]
     assert _released("Foo is 3. [a:1]", "(https://x) y") == [[], ["Foo is 3."]]
+    # "![" starts an image or text, never a marker: the next sentence has begun.
+    assert _released("Foo is 3. ![", "a:1](x) y") == [["Foo is 3."], []]
+    assert _released("Foo is 3. !", "[a:1]") == [["Foo is 3."], []]
 
 
 @pytest.mark.parametrize(
