@@ -50,15 +50,17 @@ _NUMBER = re.compile(
 # pattern's lookbehinds at every position. The same alternatives, with the first digit in
 # front (so the pattern starts with a character set, which a search skips to in C) and the
 # optional space before the scale word, percent sign or unit taken possessively and once for
-# both (none of those starts with a space, so no match is lost or changed). `{d}` is \d, or
-# [0-9] for ASCII text, where the two are the same.
+# both (none of those starts with a space, so no match is lost or changed). After the first
+# digit, `pre` captures the character before it, if any (a lookbehind: it consumes nothing).
+# `{d}` is \d, or [0-9] for ASCII text, where the two are the same.
 _TAIL_PATTERN = (
-    r"(?P<num>{d}(?:{d}{{0,2}}(?:,{d}{{3}})+(?:\.{d}+)?|{d}*(?:\.{d}+)?))(?!{d})"
+    r"(?P<num>{d}(?:(?<=(?P<pre>.){d}))?"
+    r"(?:{d}{{0,2}}(?:,{d}{{3}})+(?:\.{d}+)?|{d}*(?:\.{d}+)?))(?!{d})"
     r"(?:\s?+(?P<scale>thousand|million|billion|trillion|mn|bn)\b)?"
     r"(?:\s?+(?:(?P<pct>%|percent\b|per\s+cent\b)|(?P<unit>°[CF]|[A-Za-z]{{1,3}}\b)))?"
 )
-_TAIL = re.compile(_TAIL_PATTERN.format(d=r"\d"))
-_TAIL_ASCII = re.compile(_TAIL_PATTERN.format(d="[0-9]"))
+_TAIL = re.compile(_TAIL_PATTERN.format(d=r"\d"), re.DOTALL)
+_TAIL_ASCII = re.compile(_TAIL_PATTERN.format(d="[0-9]"), re.DOTALL)
 
 # (value, is_percent, unit or "")
 Quantity = tuple[Decimal, bool, str]
@@ -71,21 +73,41 @@ def numbers_in(text: str) -> list[Quantity]:
     """The numbers of `text` as exact values with percent-ness and known unit: those of the
     matches of `_NUMBER.finditer(text)`, in order.
 
-    The scan finds each digit run that can begin a number, with its `_TAIL`. Before the run,
-    a match may also take a sign, a currency symbol, a space and a "." (".5"); of those only
+    A scan finds each digit run that can begin a number, with its `_TAIL`. Before the run, a
+    match may also take a sign, a currency symbol, a space and a "." (".5"); of those only
     the sign and the "." change the number, so a run with neither among the four characters
     before it is the tail of the leftmost match exactly when the character before it is no
-    word character, "." or ",". Otherwise `_leftmost` tries `_NUMBER` at each start a match
-    can have, leftmost first, as `finditer` would. No match starts inside a tail after its
-    first digit (every character there that could start one follows a digit, a letter or a
-    space that the pattern's lookbehinds reject), so the scan resumes after the tail."""
+    word character, "." or ",". In text without a sign, where no "." precedes a run, that
+    decides every number (the usual text: one `findall`). Otherwise `_scan` tries `_NUMBER`
+    where a sign or "." is near."""
+    if "-" in text or "−" in text or "–" in text:
+        return _scan(text)
+    out: list[Quantity] = []
+    memo = _UNSIGNED
+    for g in (_TAIL_ASCII if text.isascii() else _TAIL).findall(text):
+        pre = g[1]
+        if pre and pre != " ":
+            if pre.isalnum() or pre == "_" or pre == ",":
+                continue  # no match starts at the run, and nothing that could precedes it
+            if pre == ".":
+                return _scan(text)
+        q = memo.get(g)
+        out.append(_unsigned(g) if q is None else q)
+    return out
+
+
+def _scan(text: str) -> list[Quantity]:
+    """`numbers_in` for any text: where a sign or "." is near a digit run, `_leftmost` tries
+    `_NUMBER` at each start a match can have, leftmost first, as `finditer` would. No match
+    starts inside a tail after its first digit (every character there that could start one
+    follows a digit, a letter or a space that the pattern's lookbehinds reject), so the scan
+    resumes after the tail."""
     out: list[Quantity] = []
     signed = "-" in text or "−" in text or "–" in text
-    positive = _POSITIVE
     last: re.Match[str] | None = None  # the last number's match
     for t in (_TAIL_ASCII if text.isascii() else _TAIL).finditer(text):
         d = t.start()
-        if d and (text[d - 1] != " " or signed):  # the usual number follows a space
+        if d:
             before = text[d - 1]
             if before.isalnum() or before == "_" or before == ",":
                 continue  # no match starts at d, and no sign, currency, space or "." precedes
@@ -97,9 +119,7 @@ def numbers_in(text: str) -> list[Quantity]:
                     out.append(_quantity(g[0] is not None, g[2:]))
                 continue
         last = t
-        g = t.groups()
-        q = positive.get(g)
-        out.append(_quantity(False, g) if q is None else q)
+        out.append(_quantity(False, t.group("num", "scale", "pct", "unit")))
     return out
 
 
@@ -138,6 +158,19 @@ _Groups = tuple[str | Any, ...]
 _POSITIVE: dict[_Groups, Quantity] = {}
 _NEGATIVE: dict[_Groups, Quantity] = {}
 _MAX_MEMO = 4096
+
+
+# The same for `findall` tuples of `_TAIL` without a sign, unmatched groups "".
+_UNSIGNED: dict[tuple[str, ...], Quantity] = {}
+
+
+def _unsigned(g: tuple[str, ...]) -> Quantity:
+    num, _, scale, pct, unit = g
+    q = _quantity(False, (num, scale or None, pct or None, unit or None))
+    if len(_UNSIGNED) >= _MAX_MEMO:
+        _UNSIGNED.clear()
+    _UNSIGNED[g] = q
+    return q
 
 
 def _quantity(negative: bool, groups: _Groups) -> Quantity:
