@@ -180,3 +180,16 @@ def test_shared_pass_result() -> None:
     ok = CHECK.run(claim("It served 1200 homes [a:1]."), CTX)
     assert ok is CHECK.run(claim("No numbers [a:1]."), CTX)
     assert ok == CheckResult.ok("number_mismatch")
+
+
+def test_value_memo_is_bounded_and_keeps_no_long_numbers() -> None:
+    from gateway.checks import numbers
+
+    for k in range(numbers._MAX_MEMO + 10):
+        assert numbers_in(f"{k} and -{k}%") == [(Decimal(k), False, ""), (Decimal(-k), True, "")]
+    assert len(numbers._POSITIVE) <= numbers._MAX_MEMO
+    assert len(numbers._NEGATIVE) <= numbers._MAX_MEMO
+    assert len(numbers._UNSIGNED) <= numbers._MAX_MEMO
+    long = "9" * 100
+    assert numbers_in(f"about {long} items") == reference_numbers(f"about {long} items")
+    assert all(len(g[0]) <= numbers._MEMO_DIGITS for g in numbers._UNSIGNED)

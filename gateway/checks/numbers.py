@@ -152,24 +152,25 @@ def _leftmost(text: str, pos: int, d: int) -> re.Match[str] | None:
     return None
 
 
-# The value of a number from its groups (num, scale, pct, unit), memoised per sign: the same
-# few numbers recur. Bounded; a full memo starts again.
-_Groups = tuple[str | Any, ...]
+# The value of a number from its groups (num, scale, pct, unit; None when unmatched),
+# memoised per sign, since the same few numbers recur. Bounded: a full memo starts again, and
+# a number of more than `_MEMO_DIGITS` characters is not kept.
+_Groups = tuple[Any, ...]
 _POSITIVE: dict[_Groups, Quantity] = {}
 _NEGATIVE: dict[_Groups, Quantity] = {}
-_MAX_MEMO = 4096
-
-
-# The same for `findall` tuples of `_TAIL` without a sign, unmatched groups "".
+# The same for `findall` tuples of `_TAIL` (num, pre, scale, pct, unit; "" when unmatched).
 _UNSIGNED: dict[tuple[str, ...], Quantity] = {}
+_MAX_MEMO = 4096
+_MEMO_DIGITS = 40
 
 
 def _unsigned(g: tuple[str, ...]) -> Quantity:
     num, _, scale, pct, unit = g
     q = _quantity(False, (num, scale or None, pct or None, unit or None))
-    if len(_UNSIGNED) >= _MAX_MEMO:
-        _UNSIGNED.clear()
-    _UNSIGNED[g] = q
+    if len(num) <= _MEMO_DIGITS:
+        if len(_UNSIGNED) >= _MAX_MEMO:
+            _UNSIGNED.clear()
+        _UNSIGNED[g] = q
     return q
 
 
@@ -190,9 +191,10 @@ def _quantity(negative: bool, groups: _Groups) -> Quantity:
         if u not in _UNITS:
             u = ""
     q = (value.normalize(), pct is not None, u)
-    if len(memo) >= _MAX_MEMO:
-        memo.clear()
-    memo[groups] = q
+    if len(num) <= _MEMO_DIGITS:
+        if len(memo) >= _MAX_MEMO:
+            memo.clear()
+        memo[groups] = q
     return q
 
 
