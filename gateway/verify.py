@@ -57,6 +57,9 @@ class Verifier:
         self.policy = p
         self.parser = CitationParser(p.citations)
         self._exempt = [re.compile(x) for x in p.claims.exempt]
+        # Whole texts (JSON answers, tool arguments, a stream's final text) are segmented by
+        # `whole`, which leaves this segmenter's own streaming state alone: one serves all.
+        self._whole = ClaimSegmenter(self.parser, self._exempt)
         self._kinds = _verified_kinds(p)
         self.checks: list[AnyCheck] = list(check_families.build(p) if checks is None else checks)
         self._remote: list[tuple[int, AsyncCheck]] = []
@@ -108,8 +111,7 @@ class Verifier:
                 if tool_claims is not None:
                     out.extend(tool_claims)
                     continue
-            seg = self.segmenter()
-            for s in seg.feed(channel.text) + seg.finish():
+            for s in self._whole.whole(channel.text):
                 cits = s.citations + _native_for(channel, s.start, s.end)
                 out.append(Claim(len(out), ci, s.text, s.start, s.end, cits, s.exempt))
         return out
@@ -139,8 +141,7 @@ class Verifier:
             # Offsets are in the channel text when the value is written there verbatim, else
             # in the value itself; either way claim and citation offsets agree.
             shift = at + 1 if exact else 0
-            seg = self.segmenter()
-            for sg in seg.feed(value) + seg.finish():
+            for sg in self._whole.whole(value):
                 cits = tuple(
                     dataclasses.replace(c, start=c.start + shift, end=c.end + shift)
                     for c in sg.citations

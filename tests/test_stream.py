@@ -160,13 +160,18 @@ def test_the_final_judgement_does_not_segment_the_streamed_text_again(
         verifier.feed(ev)
     _, answer = verifier.finish()
     fed: list[int] = []
-    original = ClaimSegmenter.feed
+    original_feed, original_whole = ClaimSegmenter.feed, ClaimSegmenter.whole
 
-    def counting(self: ClaimSegmenter, delta: str) -> list[Segment]:
+    def counting_feed(self: ClaimSegmenter, delta: str) -> list[Segment]:
         fed.append(len(delta))
-        return original(self, delta)
+        return original_feed(self, delta)
 
-    monkeypatch.setattr(ClaimSegmenter, "feed", counting)
+    def counting_whole(self: ClaimSegmenter, text: str) -> list[Segment]:
+        fed.append(len(text))
+        return original_whole(self, text)
+
+    monkeypatch.setattr(ClaimSegmenter, "feed", counting_feed)
+    monkeypatch.setattr(ClaimSegmenter, "whole", counting_whole)
     pipeline.judge(answer, CTX, verifier.known, verifier.text)
     assert sum(fed) == 0
     pipeline.judge(answer, CTX, verifier.known)  # without the streamed text: segmented again
