@@ -1,4 +1,4 @@
-from decimal import Decimal
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal, localcontext
 
 import pytest
 from hypothesis import given, settings
@@ -98,15 +98,17 @@ def test_numbers_in() -> None:
 # whole text, each converted on its own, and a claim number looked up in every source number.
 def reference_numbers(text: str) -> list[tuple[Decimal, bool, str]]:
     out = []
-    for m in _NUMBER.finditer(text):
-        sign, _, num, scale, pct, unit = m.groups()
-        value = Decimal(num.replace(",", ""))
-        if sign:
-            value = -value
-        if scale:
-            value *= _SCALES[scale.lower()]
-        unit = unit.lower() if unit else ""
-        out.append((value.normalize(), pct is not None, unit if unit in _UNITS else ""))
+    # Exact arithmetic: numbers are compared digit for digit, however long.
+    with localcontext(Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)):
+        for m in _NUMBER.finditer(text):
+            sign, _, num, scale, pct, unit = m.groups()
+            value = Decimal(num.replace(",", ""))
+            if sign:
+                value = -value
+            if scale:
+                value *= _SCALES[scale.lower()]
+            unit = unit.lower() if unit else ""
+            out.append((value.normalize(), pct is not None, unit if unit in _UNITS else ""))
     return out
 
 
@@ -193,3 +195,25 @@ def test_value_memo_is_bounded_and_keeps_no_long_numbers() -> None:
     long = "9" * 100
     assert numbers_in(f"about {long} items") == reference_numbers(f"about {long} items")
     assert all(len(g[0]) <= numbers._MEMO_DIGITS for g in numbers._UNSIGNED)
+
+
+@pytest.mark.parametrize(
+    ("source", "text"),
+    [
+        # Differ only in the 32nd significant digit: the default decimal context (28 digits)
+        # rounded both to the same value and passed the wrong number.
+        ("The id is 12345678901234567890123456789012.",
+         "The id is 12345678901234567890123456789013"),
+        ("Reserves were 1234567890123456789012345678.91 billion.",
+         "Reserves were 1234567890123456789012345678.92 billion"),
+        ("The balance was -98765432109876543210987654321.5 units.",
+         "The balance was -98765432109876543210987654321.4 units"),
+    ],
+)
+def test_long_numbers_are_compared_exactly(source: str, text: str) -> None:
+    ctx = ContextSet()
+    ctx.add(Chunk("l:1", source))
+    wrong = claim(text + " [l:1].")
+    assert CHECK.run(wrong, ctx).status is Status.FAIL
+    right = claim(source.rstrip(".") + " [l:1].")
+    assert CHECK.run(right, ctx).status is Status.PASS

@@ -11,7 +11,7 @@ Numbers inside citation markers and list numbering are not part of the claim tex
 from __future__ import annotations
 
 import re
-from decimal import Decimal
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal
 from typing import Any
 
 from gateway.checks.base import ClaimFacts, FactsCheck, SourceText
@@ -64,6 +64,9 @@ _TAIL_ASCII = re.compile(_TAIL_PATTERN.format(d="[0-9]"), re.DOTALL)
 
 # (value, is_percent, unit or "")
 Quantity = tuple[Decimal, bool, str]
+# Exact arithmetic: the default context rounds to 28 significant digits, which would make two
+# long numbers that differ only past the 28th digit compare equal (a wrong number passing).
+_EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 _CURRENCY = "$€£¥"
 _SIGN = "-−–"
@@ -182,15 +185,15 @@ def _quantity(negative: bool, groups: _Groups) -> Quantity:
     num, scale, pct, unit = groups
     value = Decimal(num.replace(",", "") if "," in num else num)
     if negative:
-        value = -value
+        value = _EXACT.minus(value)
     if scale:
-        value *= _SCALES[scale.lower()]
+        value = _EXACT.multiply(value, _SCALES[scale.lower()])
     u = ""
     if unit:
         u = unit.lower()
         if u not in _UNITS:
             u = ""
-    q = (value.normalize(), pct is not None, u)
+    q = (value.normalize(_EXACT), pct is not None, u)
     if len(num) <= _MEMO_DIGITS:
         if len(memo) >= _MAX_MEMO:
             memo.clear()
