@@ -1,6 +1,6 @@
 """Python load drivers, run in their own process so they never share a loop with a server.
 
-    python bench/load.py sse  --url URL --streams 128 [--rounds 1]   -> JSON on stdout
+    python bench/load.py sse  --url URL --streams 128 [--rounds 1] [--stagger-ms 20]  -> JSON
     python bench/load.py json --url URL --concurrency 16 --duration 5 -> JSON on stdout
 
 `sse` opens N concurrent streams of the mock's answer (raw connections parsed by httptools, so
@@ -115,7 +115,9 @@ class _StreamClient(asyncio.Protocol):
             self.transport.close()
 
 
-async def _one_stream(url: str, rid: str) -> dict[str, Any]:
+async def _one_stream(url: str, rid: str, delay: float = 0.0) -> dict[str, Any]:
+    if delay:
+        await asyncio.sleep(delay)
     u = urlsplit(url)
     host, port = u.hostname or "127.0.0.1", u.port or 80
     head = (f"POST {u.path or '/'} HTTP/1.1\r\nhost: {host}:{port}\r\n"
@@ -135,12 +137,15 @@ async def _one_stream(url: str, rid: str) -> dict[str, Any]:
             "done": finished, "error_event": error}
 
 
-async def sse(url: str, streams: int, rounds: int) -> dict[str, Any]:
+async def sse(url: str, streams: int, rounds: int, stagger_ms: float = 0.0) -> dict[str, Any]:
+    """`streams` concurrent streams per round. With `stagger_ms`, stream i opens i/streams of
+    that window late (arrivals spread as real clients' are); without, all open at once."""
     results: list[dict[str, Any]] = []
     failures: list[str] = []
     for r in range(rounds):
         got = await asyncio.gather(
-            *(_one_stream(url, f"bench-{r}-{i}") for i in range(streams)),
+            *(_one_stream(url, f"bench-{r}-{i}", stagger_ms / 1000 * i / streams)
+              for i in range(streams)),
             return_exceptions=True)
         for g in got:
             if isinstance(g, BaseException):
@@ -185,6 +190,8 @@ def main() -> None:
     ap.add_argument("--url", required=True)
     ap.add_argument("--streams", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--stagger-ms", type=float, default=0.0,
+                    help="spread the streams' starts evenly over this window")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--duration", type=float, default=5.0)
     args = ap.parse_args()
@@ -195,7 +202,7 @@ def main() -> None:
     except ImportError:
         pass
     if args.mode == "sse":
-        out = asyncio.run(sse(args.url, args.streams, args.rounds))
+        out = asyncio.run(sse(args.url, args.streams, args.rounds, args.stagger_ms))
     else:
         out = asyncio.run(json_load(args.url, args.concurrency, args.duration))
     json.dump(out, sys.stdout)
