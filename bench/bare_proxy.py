@@ -4,12 +4,13 @@
 The gap between this and direct is the cost of being a Python proxy at all; the gap between
 citewarden and this is the cost of verification.
 
-    python bench/bare_proxy.py --upstream http://127.0.0.1:9000 --port 8081
+    python bench/bare_proxy.py --upstream http://127.0.0.1:9000 --port 8081 [--workers 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -59,12 +60,18 @@ def build_app(upstream_url: str) -> Starlette:
     )
 
 
+def create_app() -> Starlette:
+    """The app factory uvicorn's worker processes import (upstream from the environment)."""
+    return build_app(os.environ["BARE_PROXY_UPSTREAM"])
+
+
 def main() -> None:
     import uvicorn
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--upstream", required=True)
     ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args()
     try:
         import httptools  # noqa: F401
@@ -73,8 +80,15 @@ def main() -> None:
         loop, http = "uvloop", "httptools"
     except ImportError:
         loop, http = "asyncio", "h11"
-    uvicorn.run(build_app(args.upstream), host="127.0.0.1", port=args.port, loop=loop,
-                http=http, log_level="warning", access_log=False, backlog=1024)
+    common = dict(host="127.0.0.1", port=args.port, loop=loop, http=http, log_level="warning",
+                  access_log=False, backlog=1024)
+    if args.workers == 1:
+        uvicorn.run(build_app(args.upstream), **common)  # type: ignore[arg-type]
+        return
+    # Several workers need an import string: uvicorn starts each in a fresh process.
+    os.environ["BARE_PROXY_UPSTREAM"] = args.upstream
+    uvicorn.run("bare_proxy:create_app", factory=True, workers=args.workers,
+                app_dir=str(Path(__file__).resolve().parent), **common)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":
