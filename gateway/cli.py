@@ -24,6 +24,17 @@ def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"CITEWARDEN_{name}", default)
 
 
+def _workers(value: str) -> int:
+    """--workers: a whole number of processes, at least one."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
 def _add_server_flags(p: argparse.ArgumentParser, *, default_port: int) -> None:
     p.add_argument("--host", default=_env("HOST", "0.0.0.0"))
     p.add_argument("--port", type=int, default=_env("PORT", str(default_port)))
@@ -89,6 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(env_policies=[p for p in (env_policy or "").split(":") if p])
     _add_server_flags(serve, default_port=8080)
+    # Only `serve`: `demo` runs its upstream in the gateway's own process, so it stays one
+    # process and never reads CITEWARDEN_WORKERS.
+    serve.add_argument(
+        "--workers",
+        type=_workers,
+        default=_env("WORKERS", "1"),
+        help="proxy worker processes sharing the port, e.g. one per core "
+        "(env CITEWARDEN_WORKERS; default 1: a single process)",
+    )
 
     demo = sub.add_parser("demo", help="the gateway in front of the embedded demo upstream")
     demo.add_argument("--policy", action="append", default=None)

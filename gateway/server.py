@@ -2,7 +2,8 @@
 
 One event loop carries both servers (and, for `citewarden demo`, the demo upstream). SIGTERM
 and SIGINT stop accepting, let in-flight requests and streams finish within the grace period,
-then exit 0.
+then exit 0. With `serve --workers N` (N > 1) `gateway.supervisor` takes over after the policy
+check, and each of its workers runs `run()` here on the shared proxy socket, without admin.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class Settings:
     shutdown_grace: float = 20.0
     reload_interval: float = 2.0
     log_level: str = "info"
+    workers: int = 1
     extra_servers: list[uvicorn.Server] = field(default_factory=list)
 
 
@@ -106,8 +108,18 @@ def build(settings: Settings) -> tuple[ProxyApp, object, PolicyStore, Metrics]:
     return proxy, admin, store, metrics
 
 
-async def run(settings: Settings, ready: asyncio.Event | None = None) -> None:
-    """Serve until SIGTERM / SIGINT, then drain and return."""
+async def run(
+    settings: Settings,
+    ready: asyncio.Event | None = None,
+    *,
+    proxy_socket: socket.socket | None = None,
+    serve_admin: bool = True,
+) -> None:
+    """Serve until SIGTERM / SIGINT, then drain and return.
+
+    A worker of `serve --workers N` passes the proxy socket its supervisor bound and leaves the
+    admin port to the supervisor; otherwise the proxy binds host:port itself.
+    """
     log = structlog.get_logger("citewarden")
     proxy, admin, store, metrics = build(settings)
     servers = [
@@ -116,14 +128,20 @@ async def run(settings: Settings, ready: asyncio.Event | None = None) -> None:
                 proxy, settings.host, settings.port, settings.shutdown_grace, settings.log_level
             )
         ),
-        _Server(
-            _uvicorn_config(
-                admin,
-                settings.host,
-                settings.admin_port,
-                settings.shutdown_grace,
-                settings.log_level,
-            )
+        *(
+            [
+                _Server(
+                    _uvicorn_config(
+                        admin,
+                        settings.host,
+                        settings.admin_port,
+                        settings.shutdown_grace,
+                        settings.log_level,
+                    )
+                )
+            ]
+            if serve_admin
+            else []
         ),
         *settings.extra_servers,
     ]
@@ -160,13 +178,18 @@ async def run(settings: Settings, ready: asyncio.Event | None = None) -> None:
     log.info(
         "started",
         proxy=f"{settings.host}:{settings.port}",
-        admin=f"{settings.host}:{settings.admin_port}",
+        admin=f"{settings.host}:{settings.admin_port}" if serve_admin else None,
         upstream=settings.upstream,
         policies=[p.label for p in store.current.policies],
         shadow=[p.label for p in store.current.policies if p.policy.mode == "shadow"],
         loop=type(loop).__module__.split(".")[0],  # "uvloop", or "asyncio" without it
     )
-    tasks = [asyncio.create_task(s.serve()) for s in servers]
+    tasks = [
+        asyncio.create_task(
+            s.serve(sockets=[proxy_socket] if s is servers[0] and proxy_socket else None)
+        )
+        for s in servers
+    ]
     if ready is not None:
         while not all(s.started for s in servers):
             await asyncio.sleep(0.01)
@@ -203,6 +226,7 @@ def settings_from_args(
         shutdown_grace=args.shutdown_grace,
         reload_interval=args.reload_interval,
         log_level=args.log_level,
+        workers=getattr(args, "workers", 1),  # `demo` has no --workers: always one process
     )
 
 
@@ -231,6 +255,10 @@ def serve_from_args(args: argparse.Namespace, policies: Sequence[str], *, demo: 
         print(f"citewarden: invalid policy: {e}", file=sys.stderr)
         return 2
     del build_check
+    if settings.workers > 1:
+        from gateway.supervisor import supervise
+
+        return supervise(settings)
     if demo:
         host = "localhost" if settings.host in ("0.0.0.0", "::") else settings.host
         print(
