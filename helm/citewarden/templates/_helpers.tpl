@@ -147,6 +147,8 @@ env:
     value: {{ $v.ports.admin | quote }}
   - name: CITEWARDEN_SHUTDOWN_GRACE
     value: {{ $grace | quote }}
+  - name: CITEWARDEN_WORKERS
+    value: {{ $v.workers | default 1 | quote }}
   {{- with $v.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
