@@ -39,7 +39,8 @@ MAX_START_FAILURES: Final = 3
 """Consecutive exits of one worker before it ever became ready: then the pod is broken (say the
 policy on disk turned invalid since start-up), so stop and let the orchestrator restart it."""
 RESTART_DELAY: Final = 0.5
-"""Seconds before replacing a dead worker, doubled per failed start (0.5, 1, 2)."""
+"""Seconds before replacing a worker that crashed or failed its first start; doubled for each
+further failed start in a row."""
 KILL_MARGIN: Final = 5.0
 """Seconds past the drain grace before a worker that has not exited is killed."""
 BACKLOG: Final = 2048  # uvicorn's default
