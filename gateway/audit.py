@@ -7,6 +7,7 @@ Draft text and claim text appear only with `include_text=True`; chunk text never
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import re
 import sys
@@ -179,31 +180,44 @@ class _Stamp:
         return event_dict
 
 
-class _LineWriter:
-    """A structlog logger writing one line per event to a text stream.
+# PIPE_BUF on Linux: a write to a pipe of at most this many bytes is never interleaved with
+# another process's (several workers share the container's stdout).
+_ATOMIC_WRITE = 4096
 
-    Inside a running event loop the stream is flushed once per loop iteration, however many
-    events the iteration wrote (one write system call instead of one per request); outside a
-    loop every line is flushed at once. Lines keep their order: stdlib records that flush the
-    same stream flush the pending lines with them.
+
+class _LineWriter:
+    """Writes log lines to a text stream: every structlog event and, through `_Handler`, every
+    stdlib record, in the order they were emitted.
+
+    Inside a running event loop the lines of one loop iteration are written together when it
+    ends (a few write system calls per iteration instead of one per request); outside a loop
+    every line is written at once. Writes go out in batches of whole lines of at most
+    `_ATOMIC_WRITE` bytes, so lines from several worker processes sharing a pipe never mix
+    (a single longer line is written alone).
     """
 
-    __slots__ = ("_file", "_lock", "_pending")
+    __slots__ = ("_binary", "_file", "_lines", "_lock", "_pending")
 
     def __init__(self, file: TextIO) -> None:
         self._file = file
+        # The byte stream under a TextIOWrapper (stdout): lines are encoded once, here.
+        buffer = getattr(file, "buffer", None)
+        self._binary: io.BufferedIOBase | None = (
+            buffer if isinstance(buffer, io.BufferedIOBase) else None
+        )
+        self._lines: list[str] = []
         self._lock = threading.Lock()
         self._pending = False
 
     def msg(self, message: str) -> None:
         with self._lock:
-            self._file.write(message + "\n")
+            self._lines.append(message + "\n")
             if self._pending:
                 return
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
-                self._file.flush()
+                self._write()
                 return
             self._pending = True
         loop.call_soon(self.flush)
@@ -211,9 +225,47 @@ class _LineWriter:
     def flush(self) -> None:
         with self._lock:
             self._pending = False
+            self._write()
+
+    def _write(self) -> None:
+        lines, self._lines = self._lines, []
+        if not lines:
+            return
+        binary = self._binary
+        if binary is None:
+            self._file.write("".join(lines))
             self._file.flush()
+            return
+        self._file.flush()  # whatever else was printed to the text stream goes first
+        batch: list[bytes] = []
+        size = 0
+        for line in lines:
+            data = line.encode()
+            if batch and size + len(data) > _ATOMIC_WRITE:
+                binary.write(b"".join(batch))
+                binary.flush()
+                batch, size = [], 0
+            batch.append(data)
+            size += len(data)
+        binary.write(b"".join(batch))
+        binary.flush()
 
     info = warning = error = critical = debug = exception = log = msg
+
+
+class _Handler(logging.Handler):
+    """Stdlib records (uvicorn, aiohttp) through the same writer as structlog events, so the
+    two keep their relative order."""
+
+    def __init__(self, writer: _LineWriter) -> None:
+        super().__init__()
+        self._writer = writer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._writer.msg(self.format(record))
+        except Exception:
+            self.handleError(record)
 
 
 def configure_logging(stream: TextIO | None = None, level: str | int = "info") -> None:
@@ -242,7 +294,7 @@ def configure_logging(stream: TextIO | None = None, level: str | int = "info") -
         # Caching would pin loggers to this configuration; tests and reloads reconfigure.
         cache_logger_on_first_use=False,
     )
-    handler = logging.StreamHandler(out)
+    handler = _Handler(writer)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[
