@@ -205,7 +205,7 @@ def test_two_workers_share_traffic_sum_metrics_and_reload(
     assert fresh_chat(p, "good").headers["x-citewarden-policy"] == v2
 
 
-def test_sigterm_drains_in_flight_requests_on_every_worker_then_exits_zero(
+def test_sigterm_drains_in_flight_requests_then_every_worker_and_the_supervisor_exit_zero(
     launch: Callable[[Path], Process],
     upstream: tuple[str, FakeUpstream],
     tmp_path: Path,
