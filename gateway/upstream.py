@@ -284,6 +284,9 @@ class Upstream:
                     total=t.total, sock_connect=t.connect, sock_read=t.read
                 ),
                 auto_decompress=True,
+                # One session serves every client: a cookie the upstream sets is relayed to
+                # the client it was meant for, never kept and replayed on others' requests.
+                cookie_jar=aiohttp.DummyCookieJar(),
                 # The client's own User-Agent is forwarded; don't add aiohttp's.
                 skip_auto_headers=("User-Agent",),
             )

@@ -149,6 +149,30 @@ async def test_json_round_trip_forwards_method_path_query_headers_and_body(serve
     assert "aiohttp" not in got.get("User-Agent", "")
 
 
+async def test_upstream_cookies_are_relayed_never_kept_or_replayed(serve, clients):
+    """One pooled session serves every client: a cookie the upstream sets for one client's
+    request must reach that client only, never ride along on another client's request."""
+    seen: list[str | None] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Cookie"))
+        resp = web.Response(body=b"ok")
+        resp.set_cookie("session", "client-a-secret")
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/x", handler)
+    # By host name: aiohttp's default cookie jar ignores cookies from IP-address hosts only.
+    up = clients((await serve(app)).replace("127.0.0.1", "localhost"))
+    first = await up.request("GET", "/x", [], b"")
+    assert ("set-cookie", "session=client-a-secret; Path=/") in response_headers(
+        first.headers, first.decoded
+    )
+    await up.request("GET", "/x", [], b"")  # another client, no cookie of its own
+    await up.request("GET", "/x", [("cookie", "mine=1")], b"")  # a client's own cookie passes
+    assert seen == [None, None, "mine=1"]
+
+
 async def test_redirects_are_relayed_not_followed(serve, clients):
     app = web.Application()
     app.router.add_get("/old", fixed(302, b"", location="/new"))
