@@ -223,6 +223,9 @@ def _sse_run(name: str, url: str, mock: Server, streams: int, reframes: bool,
             and not s["error_event"]]
     lost = 0 if reframes else sum(max(0, data["expected_frames"] - s["frames"]) for s in ss)
     release = [(s["first_byte"] - times[s["rid"]][1]) * 1000 for s in ss if s["rid"] in times]
+    # The same burst delays any proxy: the upstream's last byte to the client's last byte is
+    # comparable across every target, a bare passthrough relaying frame by frame included.
+    last_byte = [(s["end"] - times[s["rid"]][1]) * 1000 for s in ss if s["rid"] in times]
     after_claim = [(s["first_content"] - times[s["rid"]][0]) * 1000 for s in ss
                    if s["rid"] in times and s["first_content"]]
     ttfb = [(s["first_byte"] - s["start"]) * 1000 for s in ss if s["first_byte"]]
@@ -230,6 +233,7 @@ def _sse_run(name: str, url: str, mock: Server, streams: int, reframes: bool,
             "failures": data["failures"][:3], "content_frames_lost": lost,
             "damaged": len(ss) - len(good),
             "release_delay_p50_ms": _q(release, 50), "release_delay_p99_ms": _q(release, 99),
+            "last_byte_delay_p50_ms": _q(last_byte, 50),
             "first_byte_after_first_claim_p50_ms": _q(after_claim, 50),
             "ttfb_p50_ms": _q(ttfb, 50)}
 
@@ -247,6 +251,8 @@ def sse(streams: int, token_interval_ms: float, raw: dict[str, Any]) -> str:
         ("citewarden progressive", lambda st, m: start_gateway(st, m.url, progressive), 0.0),
         # Real clients do not open 128 streams in the same instant: the same load with the
         # starts spread evenly over one token interval.
+        ("direct" + spread, lambda st, m: None, token_interval_ms),
+        ("bare passthrough" + spread, lambda st, m: start_bare(st, m.url), token_interval_ms),
         ("citewarden buffer" + spread, lambda st, m: start_gateway(st, m.url, buffer),
          token_interval_ms),
         ("citewarden progressive" + spread,
@@ -267,7 +273,7 @@ def sse(streams: int, token_interval_ms: float, raw: dict[str, Any]) -> str:
                 rss = target.peak_rss_kib()
                 r["peak_rss_mib"] = rss / 1024 if rss else None
         except (Unavailable, subprocess.SubprocessError, OSError) as e:
-            rows.append([name, f"unavailable: {e}", "", "", "", "", ""])
+            rows.append([name, f"unavailable: {e}", "", "", "", "", "", ""])
             print(f"  sse {name}: unavailable: {e}", flush=True)
             continue
         results.append(r)
@@ -282,12 +288,14 @@ def sse(streams: int, token_interval_ms: float, raw: dict[str, Any]) -> str:
             if buffered else "n/a (streams through)",
             f"{r['first_byte_after_first_claim_p50_ms']:+.1f}"
             if name.startswith("citewarden progressive") else "",
+            f"{r['last_byte_delay_p50_ms']:.1f}",
             f"{r['ttfb_p50_ms']:.1f}",
             f"{r['peak_rss_mib']:.0f}" if r["peak_rss_mib"] else "n/a",
         ])
     raw["sse"] = results
     return report.table(["target", "streams intact", "release delay p50 / p99 ms (buffer)",
-                         "first text after first claim p50 ms (progressive)", "TTFB p50 ms",
+                         "first text after first claim p50 ms (progressive)",
+                         "upstream last byte to client last byte p50 ms", "TTFB p50 ms",
                          "peak RSS MiB"], rows)
 
 
@@ -340,11 +348,21 @@ def targets_table(raw: dict[str, Any]) -> str:
     sse_by = {r["name"]: r for r in sse_runs}
     variants = sorted({n.removeprefix("citewarden buffer").removeprefix("citewarden progressive")
                        for n in sse_by}, key=len)
+    base_by = {r["name"]: r for r in raw.get("sse", [])
+               if r["name"].startswith(("direct", "bare"))}
     for v in variants:
         label = f" ({v.strip(' ,')})" if v else " (all streams at once, one worker)"
         buf, prog = sse_by.get("citewarden buffer" + v), sse_by.get("citewarden progressive" + v)
         add("buffer release delay p50" + label, "<= 5 ms",
             buf["release_delay_p50_ms"] if buf else None, lambda x: x <= 5.0, ".1f")
+        # Context: the same load's last-byte delay with no proxy and with a bare one.
+        same = v if v.startswith(SPREAD) else ""
+        direct, bare = base_by.get("direct" + same), base_by.get("bare passthrough" + same)
+        if buf and direct and bare:
+            rows.append([f"  context: upstream last byte to client last byte, direct / bare"
+                         f" passthrough{label}", "(no goal)",
+                         f"{direct['last_byte_delay_p50_ms']:.1f} / "
+                         f"{bare['last_byte_delay_p50_ms']:.1f}", ""])
         add("progressive first text after first claim p50" + label, "<= +2 ms",
             prog["first_byte_after_first_claim_p50_ms"] if prog else None,
             lambda x: x <= 2.0, "+.1f")
