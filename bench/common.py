@@ -112,11 +112,12 @@ def server(name: str, argv: list[str], port: int, health: str = "/",
         log.unlink(missing_ok=True)
 
 
-def mock_upstream(latency_ms: float = 20.0, token_interval_ms: float = 2.0) -> (
-        contextlib.AbstractContextManager[Server]):
+def mock_upstream(latency_ms: float = 20.0, token_interval_ms: float = 2.0,
+                  jitter: float = 0.0) -> contextlib.AbstractContextManager[Server]:
     port = free_port()
     argv = [PY, str(BENCH / "mock_upstream.py"), "--port", str(port),
-            "--latency-ms", str(latency_ms), "--token-interval-ms", str(token_interval_ms)]
+            "--latency-ms", str(latency_ms), "--token-interval-ms", str(token_interval_ms),
+            "--jitter", str(jitter)]
     return server("mock-upstream", argv, port, health="/healthz")
 
 

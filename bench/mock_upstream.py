@@ -3,7 +3,7 @@
 The answer cites chunks that `REQUEST_BODY` carries as `<chunk id="doc:N">` tags, so every
 deterministic check passes; `stream: true` returns the same answer as paced SSE frames.
 
-    python bench/mock_upstream.py --port 9000 --latency-ms 20 --token-interval-ms 2
+    python bench/mock_upstream.py --port 9000 --latency-ms 20 --token-interval-ms 2 [--jitter 0.5]
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import re
 import time
 
@@ -108,15 +109,22 @@ for _i, _tok in enumerate(TOKENS):
 
 
 class Mock:
-    def __init__(self, latency_s: float, token_interval_s: float) -> None:
+    def __init__(self, latency_s: float, token_interval_s: float, jitter: float = 0.0) -> None:
         self.latency_s = latency_s
+        # Each answer waits latency x uniform(1 - jitter, 1 + jitter): the same mean, but
+        # requests no longer return in lock-step waves as they do from a fixed delay.
+        self.jitter = jitter
+        self._rng = random.Random(5)
         self.token_interval_s = token_interval_s
         # request id -> (first-claim-complete time, last byte time), CLOCK_MONOTONIC
         self.stream_times: dict[str, tuple[float, float]] = {}
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        await asyncio.sleep(self.latency_s)
+        wait = self.latency_s
+        if self.jitter:
+            wait *= self._rng.uniform(1 - self.jitter, 1 + self.jitter)
+        await asyncio.sleep(wait)
         if b'"stream": true' not in body and b'"stream":true' not in body:
             return web.Response(body=ANSWER_BODY, content_type="application/json")
         resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
@@ -145,8 +153,8 @@ class Mock:
         return web.Response(text="ok")
 
 
-def build_app(latency_s: float, token_interval_s: float) -> web.Application:
-    mock = Mock(latency_s, token_interval_s)
+def build_app(latency_s: float, token_interval_s: float, jitter: float = 0.0) -> web.Application:
+    mock = Mock(latency_s, token_interval_s, jitter)
     app = web.Application()
     app.router.add_post("/v1/chat/completions", mock.chat)
     app.router.add_get("/_bench/stream-times", mock.times)
@@ -158,6 +166,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--latency-ms", type=float, default=20.0)
+    ap.add_argument("--jitter", type=float, default=0.0,
+                    help="latency x uniform(1 - J, 1 + J) per answer (0: fixed)")
     ap.add_argument("--token-interval-ms", type=float, default=2.0)
     args = ap.parse_args()
     try:
@@ -166,7 +176,7 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    app = build_app(args.latency_ms / 1000, args.token_interval_ms / 1000)
+    app = build_app(args.latency_ms / 1000, args.token_interval_ms / 1000, args.jitter)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None,
                 backlog=1024)
 
