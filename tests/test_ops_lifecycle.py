@@ -84,7 +84,8 @@ class Process:
         return out
 
 
-def start(upstream_url: str, policy: Path, tmp_path: Path) -> Process:
+def start(upstream_url: str, policy: Path, tmp_path: Path, *extra: str) -> Process:
+    """`citewarden serve` as a subprocess on free ports; `extra` flags are appended."""
     port, admin_port = free_port(), free_port()
     stdout, stderr = tmp_path / "stdout.log", tmp_path / "stderr.log"
     with stdout.open("wb") as out, stderr.open("wb") as err:
@@ -110,6 +111,7 @@ def start(upstream_url: str, policy: Path, tmp_path: Path) -> Process:
                 str(GRACE),
                 "--read-timeout",
                 "5",
+                *extra,
             ],
             cwd=REPO,
             stdout=out,

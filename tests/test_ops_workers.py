@@ -36,6 +36,7 @@ from tests.test_ops_lifecycle import (
     replace_atomically,
     wait_ready,
 )
+from tests.test_ops_lifecycle import start as lifecycle_start
 from tests.upstream_app import FakeUpstream, Json, Slow, create_upstream, openai_body, serve
 
 GRACE = 5.0
@@ -53,39 +54,7 @@ def upstream() -> Iterator[tuple[str, FakeUpstream]]:
 
 
 def start(upstream_url: str, policy: Path, tmp_path: Path, workers: int = WORKERS) -> Process:
-    port, admin_port = free_port(), free_port()
-    stdout, stderr = tmp_path / "stdout.log", tmp_path / "stderr.log"
-    with stdout.open("wb") as out, stderr.open("wb") as err:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gateway.cli",
-                "serve",
-                "--upstream",
-                upstream_url,
-                "--policy",
-                str(policy),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--admin-port",
-                str(admin_port),
-                "--reload-interval",
-                "0.2",
-                "--shutdown-grace",
-                str(GRACE),
-                "--workers",
-                str(workers),
-            ],
-            cwd=REPO,
-            stdout=out,
-            stderr=err,
-        )
-    return Process(
-        proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}", port, stdout, stderr
-    )
+    return lifecycle_start(upstream_url, policy, tmp_path, "--workers", str(workers))
 
 
 @pytest.fixture

@@ -251,22 +251,10 @@ class ClaimFacts:
         marker (not native) naming a context chunk, at the chunk's version when both have
         one. The usual claim; for one with a single marker, this also finds its source."""
         cits = self.claim.citations
-        chunks = self.ctx.chunks
-        if len(cits) == 1:
-            c = cits[0]
-            if c.malformed is not None or c.native is not None:
-                return False
-            chunk = chunks.get(c.id)
-            if chunk is None:
-                return False
-            if c.version is not None and chunk.version is not None and chunk.version != c.version:
-                return False
-            if self._sources is None:  # what `sources` finds for a single marker
-                text = chunk.text
-                self._sources = ([], True) if text is None else ([source_text(text)], False)
-            return True
         if not cits:
             return False
+        chunks = self.ctx.chunks
+        chunk = None
         for c in cits:
             if c.malformed is not None or c.native is not None:
                 return False
@@ -275,6 +263,10 @@ class ClaimFacts:
                 return False
             if c.version is not None and chunk.version is not None and chunk.version != c.version:
                 return False
+        if len(cits) == 1 and chunk is not None and self._sources is None:
+            # What `sources` finds for a single marker.
+            text = chunk.text
+            self._sources = ([], True) if text is None else ([source_text(text)], False)
         return True
 
     def sources(self) -> tuple[list[SourceText], bool]:
