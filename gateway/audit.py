@@ -7,12 +7,15 @@ Draft text and claim text appear only with `include_text=True`; chunk text never
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import io
 import logging
 import re
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any, Final, Literal, TextIO
 
@@ -196,9 +199,10 @@ class _LineWriter:
     (a single longer line is written alone).
     """
 
-    __slots__ = ("_binary", "_file", "_lines", "_lock", "_pending")
+    __slots__ = ("__weakref__", "_binary", "_file", "_lines", "_lock", "_pending")
 
     def __init__(self, file: TextIO) -> None:
+        _WRITERS.add(self)
         self._file = file
         # The byte stream under a TextIOWrapper (stdout): lines are encoded once, here.
         buffer = getattr(file, "buffer", None)
@@ -251,6 +255,18 @@ class _LineWriter:
         binary.flush()
 
     info = warning = error = critical = debug = exception = log = msg
+
+
+# Every writer still in use, flushed at interpreter exit: lines written in a loop's last
+# iteration must not wait for a callback that will never run.
+_WRITERS: weakref.WeakSet[_LineWriter] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_writers() -> None:
+    for writer in list(_WRITERS):
+        with contextlib.suppress(Exception):  # a closed stream at exit: nothing left to do
+            writer.flush()
 
 
 class _Handler(logging.Handler):

@@ -463,3 +463,25 @@ async def test_a_pipe_gets_whole_lines_in_writes_no_longer_than_pipe_buf() -> No
     assert 2 <= len(raw.writes) < 41  # batched: far fewer writes than lines
     assert all(w.endswith(b"\n") for w in raw.writes)  # whole lines only
     assert all(len(w) <= 4096 for w in raw.writes[:-1]) and len(raw.writes[-1]) > 6000
+
+
+def test_lines_pending_when_the_interpreter_exits_are_written() -> None:
+    """A line logged in a loop's last iteration waits for a flush callback that never runs;
+    the exit hook writes it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import asyncio, structlog\n"
+        "from gateway.audit import configure_logging\n"
+        "configure_logging()\n"
+        "async def main():\n"
+        "    asyncio.get_running_loop().stop()  # this iteration is the loop's last\n"
+        "    structlog.get_logger().info('last words')  # its flush would run in the next\n"
+        "loop = asyncio.new_event_loop()\n"
+        "loop.create_task(main())\n"
+        "loop.run_forever()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(line)["event"] for line in out.stdout.splitlines()] == ["last words"]
