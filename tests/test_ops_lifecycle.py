@@ -7,6 +7,7 @@ The gateway runs as a subprocess in front of a fake upstream served from this pr
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import os
@@ -139,27 +140,39 @@ def wait_ready(p: Process, timeout: float = 20.0) -> None:
         time.sleep(0.05)
 
 
-@pytest.fixture
-def launch(
-    upstream: tuple[str, FakeUpstream], tmp_path: Path
+@contextlib.contextmanager
+def launching(
+    upstream_url: str, tmp_path: Path, *extra: str, stop_wait: float = 10.0
 ) -> Iterator[Callable[[Path], Process]]:
+    """A launcher of ready gateways (`start` with `extra` flags); whatever is still running at
+    the end gets SIGTERM, then SIGKILL after `stop_wait` seconds."""
     started: list[Process] = []
 
     def run(policy: Path) -> Process:
-        p = start(upstream[0], policy, tmp_path)
+        p = start(upstream_url, policy, tmp_path, *extra)
         started.append(p)
         wait_ready(p)
         return p
 
-    yield run
-    for p in started:
-        if p.proc.poll() is None:
-            p.proc.send_signal(signal.SIGTERM)
-            try:
-                p.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                p.proc.kill()
-                p.proc.wait(5)
+    try:
+        yield run
+    finally:
+        for p in started:
+            if p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGTERM)
+                try:
+                    p.proc.wait(stop_wait)
+                except subprocess.TimeoutExpired:
+                    p.proc.kill()
+                    p.proc.wait(5)
+
+
+@pytest.fixture
+def launch(
+    upstream: tuple[str, FakeUpstream], tmp_path: Path
+) -> Iterator[Callable[[Path], Process]]:
+    with launching(upstream[0], tmp_path) as run:
+        yield run
 
 
 def chat(p: Process, key: str, *, stream: bool = False) -> httpx.Response:

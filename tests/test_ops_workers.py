@@ -30,13 +30,12 @@ from tests.test_ops_lifecycle import (
     Process,
     eventually,
     label_of,
+    launching,
     metric,
     policy_info,
     policy_text,
     replace_atomically,
-    wait_ready,
 )
-from tests.test_ops_lifecycle import start as lifecycle_start
 from tests.upstream_app import FakeUpstream, Json, Slow, create_upstream, openai_body, serve
 
 GRACE = 5.0
@@ -53,31 +52,12 @@ def upstream() -> Iterator[tuple[str, FakeUpstream]]:
         yield url, up
 
 
-def start(upstream_url: str, policy: Path, tmp_path: Path, workers: int = WORKERS) -> Process:
-    return lifecycle_start(upstream_url, policy, tmp_path, "--workers", str(workers))
-
-
 @pytest.fixture
 def launch(
     upstream: tuple[str, FakeUpstream], tmp_path: Path
 ) -> Iterator[Callable[[Path], Process]]:
-    started: list[Process] = []
-
-    def run(policy: Path) -> Process:
-        p = start(upstream[0], policy, tmp_path)
-        started.append(p)
-        wait_ready(p)
-        return p
-
-    yield run
-    for p in started:
-        if p.proc.poll() is None:
-            p.proc.send_signal(signal.SIGTERM)
-            try:
-                p.proc.wait(GRACE + 10)
-            except subprocess.TimeoutExpired:
-                p.proc.kill()
-                p.proc.wait(5)
+    with launching(upstream[0], tmp_path, "--workers", str(WORKERS), stop_wait=GRACE + 10) as run:
+        yield run
 
 
 def supervisor_events(p: Process) -> list[dict[str, Any]]:
