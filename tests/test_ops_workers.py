@@ -1,6 +1,7 @@
 """`citewarden serve --workers 2` as real processes on real sockets: traffic spread over both
-workers, metrics summed on the one admin port, per-worker hot reload, drain on SIGTERM, exit 2
-on an invalid policy, a killed worker replaced, and a worker that cannot start stopping all.
+workers, metrics summed on the one admin port, per-worker hot reload, drain on SIGTERM, a
+killed worker replaced, and a worker that cannot start stopping all. (Exit 2 on an invalid
+policy, with and without workers, is in test_ops_lifecycle.)
 
 The gateway runs as a subprocess (a supervisor and its workers) in front of a fake upstream
 served from this process; helpers are shared with test_ops_lifecycle.
@@ -11,8 +12,6 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,12 +20,10 @@ import httpx
 import pytest
 
 from gateway.cli import build_parser
-from gateway.server import free_port
 from tests.gateway_harness import write_policy
 from tests.test_ops_lifecycle import (
     CONTEXT,
     GOOD,
-    REPO,
     Process,
     eventually,
     label_of,
@@ -229,40 +226,6 @@ def test_a_worker_that_cannot_start_stops_the_gateway_with_exit_1(
     assert names.count("worker_exited") == 4  # the killed one, then three failed starts
     assert "worker_start_failed" in names and names[-1] == "stopped"
     assert f"{policy}:" in p.stderr.read_text(encoding="utf-8")
-
-
-def test_invalid_policy_with_workers_exits_2_naming_file_and_line_before_binding(
-    tmp_path: Path,
-) -> None:
-    policy = tmp_path / "broken.yaml"
-    text = write_policy(tmp_path, name="broken").read_text(encoding="utf-8")
-    policy.write_text(text + "unknown_section: {x: 1}\n", encoding="utf-8")
-    port = free_port()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gateway.cli",
-            "serve",
-            "--upstream",
-            "http://127.0.0.1:9",
-            "--policy",
-            str(policy),
-            "--port",
-            str(port),
-            "--admin-port",
-            str(free_port()),
-            "--workers",
-            "2",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert proc.returncode == 2
-    assert f"{policy}:{text.count(chr(10)) + 1}" in proc.stderr
-    assert "worker" not in proc.stdout
 
 
 def test_workers_flag_and_env() -> None:
