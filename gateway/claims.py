@@ -650,16 +650,8 @@ def _whole_lines(
                 if after:
                     after = False
                     if not text[p].islower():
-                        if start >= 0:  # as `_emit`, inline
-                            body = text[start:end]
-                            found = tuple(cits)
-                            if words or _has_words(body, start, found):
-                                ex = False
-                                for pat in exempt:
-                                    if pat.search(body):
-                                        ex = True
-                                        break
-                                out.append(Segment(start, end, body, found, ex))
+                        if start >= 0:
+                            _emit(out, text, start, end, cits, words, exempt)
                             cits = []
                             words = False
                         start = -1
