@@ -122,29 +122,25 @@ async def run(
     """
     log = structlog.get_logger("citewarden")
     proxy, admin, store, metrics = build(settings)
-    servers = [
-        _Server(
-            _uvicorn_config(
-                proxy, settings.host, settings.port, settings.shutdown_grace, settings.log_level
-            )
-        ),
-        *(
-            [
-                _Server(
-                    _uvicorn_config(
-                        admin,
-                        settings.host,
-                        settings.admin_port,
-                        settings.shutdown_grace,
-                        settings.log_level,
-                    )
+    proxy_server = _Server(
+        _uvicorn_config(
+            proxy, settings.host, settings.port, settings.shutdown_grace, settings.log_level
+        )
+    )
+    servers: list[uvicorn.Server] = [proxy_server]
+    if serve_admin:
+        servers.append(
+            _Server(
+                _uvicorn_config(
+                    admin,
+                    settings.host,
+                    settings.admin_port,
+                    settings.shutdown_grace,
+                    settings.log_level,
                 )
-            ]
-            if serve_admin
-            else []
-        ),
-        *settings.extra_servers,
-    ]
+            )
+        )
+    servers.extend(settings.extra_servers)
 
     def on_reload(outcome: str, error: PolicyError | None) -> None:
         metrics.policy_reloaded(outcome)
@@ -186,7 +182,7 @@ async def run(
     )
     tasks = [
         asyncio.create_task(
-            s.serve(sockets=[proxy_socket] if s is servers[0] and proxy_socket else None)
+            s.serve(sockets=[proxy_socket] if s is proxy_server and proxy_socket else None)
         )
         for s in servers
     ]
@@ -254,11 +250,11 @@ def serve_from_args(args: argparse.Namespace, policies: Sequence[str], *, demo: 
     except PolicyError as e:
         print(f"citewarden: invalid policy: {e}", file=sys.stderr)
         return 2
-    del build_check
     if settings.workers > 1:
         from gateway.supervisor import supervise
 
-        return supervise(settings)
+        return supervise(settings, build_check)
+    del build_check
     if demo:
         host = "localhost" if settings.host in ("0.0.0.0", "::") else settings.host
         print(

@@ -30,7 +30,6 @@ from typing import Final
 import structlog
 
 from gateway.admin import WorkerState, create_admin_app
-from gateway.errors import PolicyError
 from gateway.metrics import SupervisorMetrics
 from gateway.policy import PolicyStore
 from gateway.server import Settings, _Server, _uvicorn_config, loop_factory
@@ -62,17 +61,13 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def supervise(settings: Settings) -> int:
+def supervise(settings: Settings, store: PolicyStore) -> int:
     """Run the supervisor until SIGTERM / SIGINT; the process exit code.
 
-    0 after a requested shutdown, 1 when workers cannot be kept running or a port cannot be
-    bound, 2 when the policies are invalid (checked before anything binds).
+    `store` holds the policies the caller has already loaded and checked (an invalid one
+    exits 2 before anything binds). 0 after a requested shutdown, 1 when workers cannot be kept
+    running or a port cannot be bound.
     """
-    try:
-        store = PolicyStore(settings.policies)
-    except PolicyError as e:
-        print(f"citewarden: invalid policy: {e}", file=sys.stderr)
-        return 2
     with contextlib.ExitStack() as stack:
         try:
             proxy_socket = stack.enter_context(listen(settings.host, settings.port))

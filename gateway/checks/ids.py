@@ -107,7 +107,6 @@ class StaleSource(FactsCheck):
         return _OK_STALE
 
 
-
 # The checks (exact classes: a subclass may decide otherwise) that pass every claim whose
 # `ClaimFacts.plain()` holds, so that a verifier may skip them for it.
 PASS_PLAIN: frozenset[type] = frozenset(
