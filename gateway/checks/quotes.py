@@ -47,18 +47,14 @@ def quotes_in(text: str) -> list[str]:
 def _keep(quoted: list[str], words: int, found: list[str]) -> None:
     """Append the normalised quotes of at least `words` words, trailing punctuation dropped."""
     for q in quoted:
-        parts = q.split()
-        if len(parts) >= words:
-            # `normalise(q)`: the quote map changes no whitespace and no ASCII character.
-            n = (" ".join(parts) if q.isascii() else normalise(q)).rstrip(_TRAIL).strip()
+        if len(q.split()) >= words:
+            n = normalise(q).rstrip(_TRAIL).strip()
             if n:
                 found.append(n)
 
 
 def _quote_in(quote: str, sources: list[str]) -> bool:
     if "..." not in quote and "…" not in quote:  # no ellipsis: one fragment, the quote
-        if len(sources) == 1:
-            return quote in sources[0]
         return any(quote in src for src in sources)
     fragments = [f for f in _ELLIPSIS.split(quote) if f]
     return any(all(f in src for f in fragments) for src in sources)
