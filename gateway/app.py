@@ -21,6 +21,7 @@ from gateway.pipeline import Judgement, KnownVerdicts, Pipelines, RoutePipeline,
 from gateway.policy import PolicyStore
 from gateway.sse import SSEDecoder
 from gateway.stream import ProgressiveRelease, StreamVerifier
+from gateway.turns import Turns
 from gateway.types import Decision, Outcome, Report
 from gateway.upstream import Upstream, forward_request_headers, response_headers
 
@@ -69,6 +70,8 @@ class ProxyApp:
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
         self.pipelines = Pipelines()
+        # Answers verify one per loop iteration under load, new requests forwarded in between.
+        self.turns = Turns()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -86,6 +89,33 @@ class ProxyApp:
                     await self.upstream.aclose()
                     await send({"type": "lifespan.shutdown.complete"})
                     return
+
+
+def _judge(
+    pipeline: RoutePipeline,
+    request: dict[str, Any],
+    body: bytes,
+    up_headers: list[tuple[str, str]],
+    verifier: StreamVerifier | None,
+) -> tuple[Any, Judgement, float]:
+    """One whole 2xx upstream answer parsed (unless it was verified as it streamed) and judged:
+    the CPU work an answer waits its turn for. (answer, judgement, verification seconds);
+    raises ProtocolError / ValueError for an answer that cannot be used."""
+    known: KnownVerdicts | None = None
+    streamed_text: str | None = None
+    if verifier is not None:
+        _, answer = verifier.finish()
+        ctx, known, streamed_text = verifier.ctx, verifier.known, verifier.text
+    else:
+        parsed = orjson.loads(body)
+        if not isinstance(parsed, dict):
+            raise ProtocolError("upstream body is not a JSON object")
+        answer = pipeline.adapter.parse(parsed, pipeline.route)
+        ctx = pipeline.context(request, parsed, dict(up_headers))
+    t0 = time.perf_counter()
+    judgement = pipeline.safe_judge(answer, ctx, known, streamed_text)
+    verify_seconds = time.perf_counter() - t0 + (verifier.seconds if verifier else 0.0)
+    return answer, judgement, verify_seconds
 
 
 class _Exchange:
@@ -387,25 +417,14 @@ class _Exchange:
                 if not 200 <= status < 300:
                     await self._relay_error(pipeline, status, up_headers, body)
                     return
-                known: KnownVerdicts | None = None
-                streamed_text: str | None = None
-                if verifier is not None:
-                    _, answer = verifier.finish()
-                    ctx, known, streamed_text = verifier.ctx, verifier.known, verifier.text
-                else:
-                    parsed = orjson.loads(body)
-                    if not isinstance(parsed, dict):
-                        raise ProtocolError("upstream body is not a JSON object")
-                    answer = pipeline.adapter.parse(parsed, pipeline.route)
-                    ctx = pipeline.context(request, parsed, dict(up_headers))
+                answer, judgement, verify_seconds = await self.app.turns.run(
+                    _judge, pipeline, request, body, up_headers, verifier
+                )
             except (ProtocolError, ValueError, UnicodeDecodeError) as e:
                 await self._error(
                     pipeline, 502, "bad_upstream_answer", f"unusable upstream answer: {e}"
                 )
                 return
-            t0 = time.perf_counter()
-            judgement = pipeline.safe_judge(answer, ctx, known, streamed_text)
-            verify_seconds = time.perf_counter() - t0 + (verifier.seconds if verifier else 0.0)
             decision = judgement.outcome.decision
             if decision is Decision.RELEASED or attempt == attempts - 1:
                 break
