@@ -70,7 +70,7 @@ class ProxyApp:
         self.metrics = metrics
         self.max_request_bytes = max_request_bytes
         self.pipelines = Pipelines()
-        # Answers verify one per loop iteration under load, new requests forwarded in between.
+        # Under load, a few answers start verifying per loop iteration; new requests go between.
         self.turns = Turns()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
