@@ -417,9 +417,13 @@ class _Exchange:
                 if not 200 <= status < 300:
                     await self._relay_error(pipeline, status, up_headers, body)
                     return
-                answer, judgement, verify_seconds = await self.app.turns.run(
-                    _judge, pipeline, request, body, up_headers, verifier
-                )
+                args = (pipeline, request, body, up_headers, verifier)
+                if verifier is None:
+                    answer, judgement, verify_seconds = await self.app.turns.run(_judge, *args)
+                else:
+                    # The stream's claims were verified as they came: what is left is small,
+                    # and queueing it behind whole answers would only delay its release.
+                    answer, judgement, verify_seconds = _judge(*args)
             except (ProtocolError, ValueError, UnicodeDecodeError) as e:
                 await self._error(
                     pipeline, 502, "bad_upstream_answer", f"unusable upstream answer: {e}"
