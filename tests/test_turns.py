@@ -94,30 +94,25 @@ async def test_a_failing_answer_does_not_stop_the_others() -> None:
     assert await turns.run(lambda: "free again") == "free again"
 
 
-async def test_a_waiter_cancelled_before_its_turn_is_skipped() -> None:
+@pytest.mark.parametrize(
+    ("iterations", "still_waiting"),
+    [
+        (1, 2),  # "first" ran; "second" and "third" wait: cancelled before its turn
+        (2, 1),  # the next iteration woke "second", not yet resumed: cancelled after
+    ],
+)
+async def test_a_cancelled_waiter_is_skipped_and_the_rest_still_run(
+    iterations: int, still_waiting: int
+) -> None:
     turns = Turns(per_iteration=1)
     ran: list[str] = []
     first = asyncio.ensure_future(turns.run(ran.append, "first"))
     second = asyncio.ensure_future(turns.run(ran.append, "second"))
     third = asyncio.ensure_future(turns.run(ran.append, "third"))
-    await asyncio.sleep(0)  # all three have started; the first ran, two wait
+    for _ in range(iterations):
+        await asyncio.sleep(0)
     assert ran == ["first"]
-    second.cancel()
-    await asyncio.wait_for(asyncio.gather(first, third, return_exceptions=True), 5)
-    assert second.cancelled()
-    assert ran == ["first", "third"]
-
-
-async def test_a_waiter_cancelled_after_it_was_woken_does_not_stall_the_rest() -> None:
-    turns = Turns(per_iteration=1)
-    ran: list[str] = []
-    first = asyncio.ensure_future(turns.run(ran.append, "first"))
-    second = asyncio.ensure_future(turns.run(ran.append, "second"))
-    third = asyncio.ensure_future(turns.run(ran.append, "third"))
-    await asyncio.sleep(0)  # "first" ran; "second" and "third" queued behind it
-    await asyncio.sleep(0)  # the next iteration woke "second", not yet resumed
-    assert ran == ["first"]
-    assert len(turns._waiting) == 1  # only "third" still waits
+    assert len(turns._waiting) == still_waiting
     second.cancel()
     # A stalled queue would leave "third" waiting for ever: bounded, so it fails, not hangs.
     await asyncio.wait_for(asyncio.gather(first, third, return_exceptions=True), 5)
