@@ -62,14 +62,28 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def peak_rss_kib(self) -> int | None:
-        """VmHWM of the process and its direct children (uvicorn may fork a worker)."""
+    def _pids(self) -> list[int]:
+        """The process and its direct children (uvicorn's or citewarden's worker processes)."""
         pids = [self.proc.pid]
         with contextlib.suppress(OSError):
             children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
             pids += [int(p) for p in children.split()]
+        return pids
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time used so far by the process and its direct children."""
+        ticks = 0
+        for pid in self._pids():
+            with contextlib.suppress(OSError):
+                # Fields after the parenthesised command name; utime and stime are 14 and 15.
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                ticks += int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def peak_rss_kib(self) -> int | None:
+        """VmHWM of the process and its direct children (uvicorn may fork a worker)."""
         peak = None
-        for pid in pids:
+        for pid in self._pids():
             with contextlib.suppress(OSError):
                 m = re.search(r"VmHWM:\s+(\d+)", Path(f"/proc/{pid}/status").read_text())
                 if m:

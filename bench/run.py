@@ -182,13 +182,19 @@ def throughput(targets: dict[str, Server | str], duration: float, raw: dict[str,
     rows = []
     for name, t in targets.items():
         if isinstance(t, str):
-            rows.append([name, t, "", "", "", ""])
+            rows.append([name, t, "", "", "", "", ""])
             continue
         drive(t.url, 16, 1)  # warm-up
         res[name] = {}
+        cpu = ""
         for c in conc:
+            cpu0 = t.cpu_seconds()
             r = res[name][c] = drive(t.url, c, duration)
+            used = t.cpu_seconds() - cpu0
             print(f"  throughput {name} c={c}: {r.rps:.0f} req/s, {r.errors} errors", flush=True)
+            if c == conc[-1] and r.requests:
+                # The server's own CPU (the mock's, for direct): per request, and in cores.
+                cpu = f"{used / r.requests * 1e6:.0f} µs, {used / duration:.2f} cores"
         d = res["direct"]
         b = res.get("bare passthrough" + (WORKERS2 if name.endswith(WORKERS2) else ""))
         cells = [name]
@@ -196,10 +202,11 @@ def throughput(targets: dict[str, Server | str], duration: float, raw: dict[str,
             cells += [f"{res[name][c].rps:.0f}", _pct(res[name][c].rps, d[c].rps)]
         vs_bare = " / ".join(_pct(res[name][c].rps, b[c].rps) for c in conc) if b else "n/a"
         errs = sum(res[name][c].errors for c in conc)
-        rows.append([*cells, vs_bare + (f" ({errs} errors)" if errs else "")])
+        rows.append([*cells, vs_bare + (f" ({errs} errors)" if errs else ""), cpu])
     raw[key] = {k: {c: asdict(r) for c, r in v.items()} for k, v in res.items()}
     return report.table(["target", "req/s @16", "vs direct @16", "req/s @64", "vs direct @64",
-                         "vs bare (same workers) @16 / @64"], rows)
+                         "vs bare (same workers) @16 / @64", "server CPU per request @64"],
+                        rows)
 
 
 def _q(xs: list[float], q: int) -> float:
