@@ -613,11 +613,7 @@ def _whole_lines(
         if pos >= 0:
             while mi < nm and markers[mi][0] < pos:
                 mi += 1
-            ms = markers[mi][0] if mi < nm else n
-            if ms < e:
-                me, mc = markers[mi][1], markers[mi][2]
-            else:
-                ms = e
+            ms, me, mc = _marker_before(markers, mi, e)
             while pos < e:
                 # The next non-space character, most often right here or one space on.
                 if not text[pos].isspace():
@@ -635,11 +631,7 @@ def _whole_lines(
                     cits.extend(mc)
                     end = pos = me
                     mi += 1
-                    ms = markers[mi][0] if mi < nm else n
-                    if ms < e:
-                        me, mc = markers[mi][1], markers[mi][2]
-                    else:
-                        ms = e
+                    ms, me, mc = _marker_before(markers, mi, e)
                     if ts == pos and not after:
                         # `[a:1].`: the terminator is a run of its own, no abbreviation, and
                         # the next marker is after it; it ends the sentence.
@@ -701,6 +693,14 @@ _LONG_WORD = re.compile(rf"[^ \t{re.escape(_LEADING_PUNCT)}]{{{_LONG_WORD_LEN}}}
 
 # `BRACKET` without its optional "!": a literal first character makes searching much faster.
 _GROUP = re.compile(r"\[([^\[\]\n]*)\](\()?")
+
+
+def _marker_before(markers: list[Marker], mi: int, e: int) -> Marker:
+    """Marker `mi` if there is one and it starts before `e` (the line's end), else `(e, e, ())`:
+    the walk's next stop is then the end of the line."""
+    if mi < len(markers) and markers[mi][0] < e:
+        return markers[mi]
+    return (e, e, ())
 
 
 def _markers(text: str, parser: CitationParser) -> list[Marker]:
