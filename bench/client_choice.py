@@ -81,12 +81,27 @@ def _make_aiohttp(upstream: str) -> Any:
     return forward, session.close
 
 
+def _make_http1(upstream: str) -> Any:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from gateway.upstream import Limits, Timeouts, Upstream
+
+    up = Upstream(upstream, Timeouts(total=30.0), Limits(pool_size=POOL))
+
+    async def forward(body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        r = await up.request("POST", "/v1/chat/completions", list(headers.items()), body)
+        return r.status, r.body
+
+    return forward, up.aclose
+
+
 CANDIDATES: dict[str, tuple[str, Callable[[str], Any]]] = {
     # name -> (module that must be importable, factory)
     "httpx": ("httpx", _make_httpx),
     "httpx2": ("httpx2", _make_httpx2),
     "httpx+aiohttp-transport": ("httpx_aiohttp", _make_httpx_aiohttp),
     "aiohttp": ("aiohttp", _make_aiohttp),
+    # citewarden's own HTTP/1.1 client (gateway.http1, asyncio protocol + httptools)
+    "gateway.http1": ("httptools", _make_http1),
 }
 
 
@@ -143,6 +158,7 @@ def measure(duration: float, rounds: int) -> tuple[str, dict[str, dict[int, floa
     rps: dict[str, dict[int, list[float]]] = {n: {c: [] for c in conc}
                                               for n in ["direct", *names]}
     errors: dict[str, int] = dict.fromkeys(rps, 0)
+    cpu: dict[str, list[float]] = {n: [] for n in names}  # proxy CPU µs per request @64
     failed: dict[str, str] = {n: why for n, why in avail.items() if why}
     with common.mock_upstream(latency_ms=20.0) as mock:
         target = mock.url + "/v1/chat/completions"
@@ -164,7 +180,10 @@ def measure(duration: float, rounds: int) -> tuple[str, dict[str, dict[int, floa
                         url = srv.url + "/v1/chat/completions"
                         common.wrk(url, REQUEST_BODY, 16, 1)  # warm-up: pools, JIT-free caches
                         for c in conc:
+                            cpu0 = srv.cpu_seconds()
                             r = common.wrk(url, REQUEST_BODY, c, duration)
+                            if c == 64 and r.requests:
+                                cpu[name].append(1e6 * (srv.cpu_seconds() - cpu0) / r.requests)
                             rps[name][c].append(r.rps)
                             errors[name] += r.errors
                             print(f"round {rnd + 1} {name} c={c}: {r.rps:.0f} req/s "
@@ -175,16 +194,17 @@ def measure(duration: float, rounds: int) -> tuple[str, dict[str, dict[int, floa
     rows = []
     for name in ["direct", *avail]:
         if name in failed:
-            rows.append([name, f"unavailable: {failed[name]}", "", "", ""])
+            rows.append([name, f"unavailable: {failed[name]}", "", "", "", ""])
             continue
         med = {c: statistics.median(rps[name][c]) for c in conc}
         ratios[name] = {c: statistics.median(
             a / d for a, d in zip(rps[name][c], rps["direct"][c], strict=True)) for c in conc}
         rows.append([name, f"{med[16]:.0f}", f"{ratios[name][16]:.0%}", f"{med[64]:.0f}",
                      f"{ratios[name][64]:.0%}" + (f" ({errors[name]} errors)"
-                                                   if errors[name] else "")])
+                                                   if errors[name] else ""),
+                     f"{statistics.median(cpu[name]):.0f} µs" if cpu.get(name) else ""])
     table = report.table(["client", "req/s @16", "vs direct @16", "req/s @64",
-                          "vs direct @64"], rows)
+                          "vs direct @64", "proxy CPU per request @64"], rows)
     text = (f"Machine: {common.machine()}  \n"
             f"Mock upstream: 20 ms latency, {len(REQUEST_BODY)} B request, ~1 KB JSON answer. "
             f"wrk, 1 thread, {duration:.0f} s per cell, {rounds} round(s), median ratio; "

@@ -377,7 +377,7 @@ class _Exchange:
         self, pipeline: RoutePipeline, status: int, headers: list[tuple[str, str]], body: bytes
     ) -> None:
         """Upstream non-2xx: status and safe headers relayed; its body only if it is an envelope."""
-        # aiohttp hands well-known names back in canonical case ("Retry-After"): compare lowered.
+        # Header names arrive as the upstream spelled them ("Retry-After"): compare lowered.
         extra = [
             (k.lower().encode("latin-1"), v.encode("latin-1"))
             for k, v in headers

@@ -1,51 +1,45 @@
-"""The upstream HTTP client (aiohttp, chosen by measurement: docs/benchmarks.md), header hygiene
-and error mapping. The only module that imports aiohttp.
+"""The upstream client's face to the gateway: `Upstream` (one exchange at a time, whole or
+streamed), header hygiene in both directions. The HTTP/1.1 client itself is `gateway.http1`,
+chosen by measurement over aiohttp and httpx (docs/benchmarks.md, "client choice").
 
-Callers see only `gateway.errors`; every aiohttp / asyncio / OS exception is translated at one
-boundary, `_map_errors`:
+Callers see only `gateway.errors`, raised where each failure is detected:
 
-    asyncio / aiohttp timeouts (connect, read, total)        -> UpstreamTimeout       504
-    refused, DNS, TLS, proxy, reset or closed (before the
-      response, or mid-body: the answer was cut short)       -> UpstreamConnectError  502
-    a body that arrived but does not decode (content-
-      encoding errors), or a malformed HTTP response         -> ProtocolError         502
-    more than `Limits.max_response_bytes` of decoded body    -> UpstreamTooLarge      502
+    connect, read and total timeouts                             -> UpstreamTimeout       504
+    refused, DNS, TLS, reset or closed (before the response,
+      or mid-body: the answer was cut short)                      -> UpstreamConnectError  502
+    a body that arrived but does not decode (content-encoding
+      errors), or a malformed HTTP response                       -> ProtocolError         502
+    more than `Limits.max_response_bytes` of decoded body         -> UpstreamTooLarge      502
 
 Bodies are decoded (gzip, deflate, and br / zstd when their decoders are installed) before the
 caller sees them; `Accept-Encoding` asks the upstream for exactly those. Redirects are never
-followed: a proxy relays them.
+followed: a proxy relays them. Cookies are never kept: each answer's go to its own client.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-import aiohttp
-from aiohttp import http_exceptions
-from yarl import URL
+from gateway.decoding import ACCEPT_ENCODING, DECODABLE
+from gateway.errors import UpstreamConnectError
+from gateway.http1 import IDEMPOTENT, Connection, Pool
 
-from gateway.errors import (
-    GatewayError,
-    ProtocolError,
-    UpstreamConnectError,
-    UpstreamTimeout,
-    UpstreamTooLarge,
-)
-
-try:
-    from aiohttp.compression_utils import HAS_BROTLI, HAS_ZSTD
-except ImportError:  # pragma: no cover - older aiohttp: no br / zstd support at all
-    HAS_BROTLI = HAS_ZSTD = False
+__all__ = [
+    "ACCEPT_ENCODING",
+    "Headers",
+    "Limits",
+    "Timeouts",
+    "Upstream",
+    "UpstreamResponse",
+    "UpstreamStream",
+    "forward_request_headers",
+    "response_headers",
+]
 
 Headers = list[tuple[str, str]]
-
-# What aiohttp decodes (http_parser: exactly these tokens, one layer) and what we may ask for.
-_DECODABLE = frozenset({"gzip", "deflate", "br", "zstd"})
-ACCEPT_ENCODING = ", ".join(
-    ["gzip", "deflate"] + (["br"] if HAS_BROTLI else []) + (["zstd"] if HAS_ZSTD else [])
-)
 
 # RFC 9110 §7.6.1 connection-specific fields, plus the de-facto ones proxies also strip.
 _HOP_BY_HOP = frozenset(
@@ -54,6 +48,8 @@ _HOP_BY_HOP = frozenset(
 # Recomputed or replaced by the gateway on the way up.
 _REQUEST_DROP = _HOP_BY_HOP | {"host", "content-length", "accept-encoding"}
 _CLIENT_UNTRUSTED_PREFIX = "x-citewarden-"
+# Methods whose empty body is sent without a content-length (RFC 9110 §8.6).
+_BODILESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "CONNECT", "TRACE"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,194 +140,122 @@ def response_headers(upstream_headers: Iterable[tuple[str, str]], decoded: bool)
     ]
 
 
-# ---------------------------------------------------------------------------- error mapping
-
-
-def _cut_short(exc: BaseException) -> bool:
-    """A payload error whose cause is not a decoding failure: the connection ended early."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(
-            cause, http_exceptions.ContentEncodingError | http_exceptions.DecompressSizeError
-        ):
-            return False
-        cause = cause.__cause__ or cause.__context__
-    return True
-
-
-def _describe(exc: BaseException) -> str:
-    # Formatting must never fail on the error path (some aiohttp errors format from fields).
-    try:
-        text = str(exc)
-    except Exception:
-        text = ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _map_exception(exc: BaseException) -> GatewayError | None:
-    """The gateway error for a foreign exception; None for one that is not an upstream failure
-    (a bug, or cancellation), which must propagate unchanged. Order matters: aiohttp's timeout
-    classes are also OSError / ClientConnectionError subclasses."""
-    if isinstance(exc, GatewayError):
-        return exc
-    # asyncio.TimeoutError is TimeoutError (3.11+); aiohttp's ServerTimeoutError family is both.
-    if isinstance(exc, TimeoutError):
-        return UpstreamTimeout(f"upstream timed out: {_describe(exc)}")
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        if _cut_short(exc):
-            return UpstreamConnectError(f"upstream body cut short: {_describe(exc)}")
-        return ProtocolError(f"upstream body does not decode: {_describe(exc)}")
-    if isinstance(exc, aiohttp.ClientHttpProxyError):
-        return UpstreamConnectError(f"proxy refused the upstream connection: {_describe(exc)}")
-    if isinstance(exc, aiohttp.ClientResponseError | http_exceptions.HttpProcessingError):
-        return ProtocolError(f"malformed upstream response: {_describe(exc)}")
-    if isinstance(exc, aiohttp.ClientError | OSError):
-        return UpstreamConnectError(f"upstream unreachable: {_describe(exc)}")
-    return None
-
-
-@contextmanager
-def _map_errors() -> Iterator[None]:
-    try:
-        yield
-    except GatewayError:
-        raise
-    except Exception as exc:
-        mapped = _map_exception(exc)
-        if mapped is None:
-            raise
-        raise mapped from exc
-
-
 # ---------------------------------------------------------------------------------- client
 
 
-def _encoding(resp: aiohttp.ClientResponse) -> tuple[bool, str | None]:
-    """(decoded, residual coding) for a response, mirroring aiohttp's auto-decompress rule."""
-    enc = resp.headers.get("content-encoding", "").lower()
-    if enc in _DECODABLE:
+def _encoding(coding: str) -> tuple[bool, str | None]:
+    """(decoded, residual coding) for a response's content-encoding token."""
+    if coding in DECODABLE:
         return True, None
-    if enc in ("", "identity"):
+    if coding in ("", "identity"):
         return False, None
-    return False, enc
+    return False, coding
 
 
 class UpstreamStream:
     """An open upstream response: status and headers now, decoded body bytes as they arrive."""
 
-    __slots__ = ("_limit", "_resp", "content_encoding", "decoded", "headers", "status")
+    __slots__ = ("_conn", "content_encoding", "decoded", "headers", "status")
 
-    def __init__(self, resp: aiohttp.ClientResponse, limit: int) -> None:
-        self._resp = resp
-        self._limit = limit
-        self.status = resp.status
-        self.headers: Headers = list(resp.headers.items())
-        self.decoded, self.content_encoding = _encoding(resp)
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self.status = conn.status
+        self.headers: Headers = conn.headers
+        self.decoded, self.content_encoding = _encoding(conn.coding)
 
     async def iter_bytes(self) -> AsyncIterator[bytes]:
         """Decoded chunks as soon as they arrive; UpstreamTooLarge once the total passes the
         limit, before the offending chunk is handed out."""
-        content = self._resp.content
-        total = 0
-        while True:
-            # `_map_errors` inlined: this runs once per chunk of every stream.
-            try:
-                chunk = await content.readany()
-            except Exception as exc:
-                mapped = _map_exception(exc)
-                if mapped is None or mapped is exc:
-                    raise
-                raise mapped from exc
-            if not chunk:
-                return
-            total += len(chunk)
-            if total > self._limit:
-                raise UpstreamTooLarge(f"upstream body over {self._limit} bytes")
+        next_chunk = self._conn.next_chunk
+        while chunk := await next_chunk():
             yield chunk
 
     async def read(self) -> bytes:
         """The whole (remaining) body, bounded by the limit while it is read."""
-        resp = self._resp
-        length = resp.content_length
-        if length is not None and not self.decoded and self.content_encoding is None:
-            # Plain body of declared size: refuse before reading, else one read (fast path).
-            if length > self._limit:
-                raise UpstreamTooLarge(f"upstream body of {length} bytes over {self._limit}")
-            with _map_errors():
-                return await resp.read()
-        return b"".join([chunk async for chunk in self.iter_bytes()])
+        return await self._conn.read_all()
 
 
 class Upstream:
-    """One pooled aiohttp session per gateway, created lazily inside the running loop."""
+    """The gateway's client to its one upstream: a keep-alive pool, bound to the running loop."""
 
     def __init__(
         self, base_url: str, timeouts: Timeouts | None = None, limits: Limits | None = None
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.timeouts = timeouts or Timeouts()
+        self.timeouts = t = timeouts or Timeouts()
         self.limits = limits or Limits()
-        self._session: aiohttp.ClientSession | None = None
+        self._pool = Pool(
+            self.base_url,
+            size=self.limits.pool_size,
+            limit=self.limits.max_response_bytes,
+            connect=t.connect,
+            read=t.read,
+            total=t.total,
+        )
+        self._host = f"\r\nhost: {self._pool.host_header}\r\n"
 
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            t = self.timeouts
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.limits.pool_size, ttl_dns_cache=60),
-                # `connect` in aiohttp would also cover waiting for a pooled connection; only the
-                # socket connect is bounded by it, the pool wait falls under `total`.
-                timeout=aiohttp.ClientTimeout(
-                    total=t.total, sock_connect=t.connect, sock_read=t.read
-                ),
-                auto_decompress=True,
-                # One session serves every client: a cookie the upstream sets is relayed to
-                # the client it was meant for, never kept and replayed on others' requests.
-                cookie_jar=aiohttp.DummyCookieJar(),
-                # The client's own User-Agent is forwarded; don't add aiohttp's.
-                skip_auto_headers=("User-Agent",),
-            )
-        return self._session
+    def _encode(self, method: str, path_qs: str, headers: Headers, body: bytes) -> bytes:
+        """The request as it goes on the wire: the client's path and query byte for byte."""
+        parts = [method, " ", self._pool.prefix, path_qs, " HTTP/1.1", self._host]
+        for name, value in headers:
+            parts += (name, ": ", value, "\r\n")
+        lines = len(headers) + 3  # request line, host, the fields, the empty line
+        if body or method not in _BODILESS_METHODS:
+            parts += ("content-length: ", str(len(body)), "\r\n")
+            lines += 1
+        parts.append("\r\n")
+        head = "".join(parts)
+        # One line per field and nothing else: no name, value or path may break a line.
+        if head.count("\n") != lines or head.count("\r") != lines or "\0" in head:
+            raise ValueError("a request header or the path carries a line break or NUL")
+        return head.encode("latin-1") + body
 
     async def _open(
         self, method: str, path_qs: str, headers: Headers, body: bytes
-    ) -> aiohttp.ClientResponse:
-        # encoded=True: the client's path and query go upstream byte for byte.
-        url = URL(self.base_url + path_qs, encoded=True)
-        with _map_errors():
-            return await self._get_session().request(
-                method, url, headers=headers, data=body or None, allow_redirects=False
-            )
+    ) -> Connection:
+        """A connection whose exchange has its final response head in."""
+        request = self._encode(method, path_qs, headers, body)
+        deadline = asyncio.get_running_loop().time() + self.timeouts.total
+        retry = method in IDEMPOTENT
+        while True:
+            conn = await self._pool.acquire(deadline)
+            reused = conn.used
+            try:
+                await conn.start(request, deadline, method == "HEAD")
+            except BaseException as e:
+                conn.finish()  # not done: closed, never pooled
+                if retry and reused and not conn.received_any and isinstance(
+                    e, UpstreamConnectError
+                ):
+                    retry = False  # a keep-alive connection the upstream had just closed
+                    continue
+                raise
+            return conn
 
     async def request(
         self, method: str, path_qs: str, headers: Headers, body: bytes
     ) -> UpstreamResponse:
         """One exchange, the decoded body read whole (bounded by `max_response_bytes`)."""
-        resp = await self._open(method, path_qs, headers, body)
+        conn = await self._open(method, path_qs, headers, body)
         try:
-            s = UpstreamStream(resp, self.limits.max_response_bytes)
-            data = await s.read()
-        except BaseException:
-            resp.close()  # a half-read connection must not go back to the pool
-            raise
-        resp.release()
-        return UpstreamResponse(s.status, s.headers, data, s.decoded, s.content_encoding)
+            data = await conn.read_all()
+        finally:
+            conn.finish()  # pooled if read to the end on a keep-alive connection, else closed
+        decoded, residual = _encoding(conn.coding)
+        return UpstreamResponse(conn.status, conn.headers, data, decoded, residual)
 
     @asynccontextmanager
     async def stream(
         self, method: str, path_qs: str, headers: Headers, body: bytes
     ) -> AsyncIterator[UpstreamStream]:
-        """The response as it arrives; the connection is released (or, if the body was not
-        read to the end, closed) when the block exits."""
-        resp = await self._open(method, path_qs, headers, body)
+        """The response as it arrives; the connection is pooled (or, if the body was not read
+        to the end, closed) when the block exits."""
+        conn = await self._open(method, path_qs, headers, body)
         try:
-            yield UpstreamStream(resp, self.limits.max_response_bytes)
+            yield UpstreamStream(conn)
         finally:
-            if resp.content.at_eof():
-                resp.release()
-            else:
-                resp.close()
+            conn.finish()
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the idle connections; busy ones close as their exchanges end."""
+        self._pool.close_idle()

@@ -9,15 +9,11 @@ import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import aiohttp
-import aiohttp.client_exceptions
-import aiohttp.http_exceptions
 import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
 from gateway.errors import (
-    GatewayError,
     ProtocolError,
     UpstreamConnectError,
     UpstreamTimeout,
@@ -28,8 +24,6 @@ from gateway.upstream import (
     Limits,
     Timeouts,
     Upstream,
-    _map_errors,
-    _map_exception,
     forward_request_headers,
     response_headers,
 )
@@ -128,7 +122,7 @@ async def test_json_round_trip_forwards_method_path_query_headers_and_body(serve
     app = web.Application()
     app.router.add_post("/v1/chat/completions", echo)
     up = clients(await serve(app))
-    assert up._session is None  # created lazily, inside the running loop
+    assert up._pool.loop is None  # bound lazily, to the running loop
 
     headers = forward_request_headers(
         [(b"authorization", b"Bearer sk-1"), (b"x-citewarden-context", b"forged"),
@@ -179,7 +173,7 @@ async def test_redirects_are_relayed_not_followed(serve, clients):
     up = clients(await serve(app))
     resp = await up.request("GET", "/old", [], b"")
     assert resp.status == 302
-    assert dict(resp.headers)["Location"] == "/new"
+    assert dict(response_headers(resp.headers, resp.decoded))["location"] == "/new"
 
 
 async def test_gzip_body_is_decoded_and_encoding_header_dropped(serve, clients):
@@ -268,7 +262,7 @@ async def test_stream_yields_chunks_as_they_arrive(serve, clients):
     chunks = []
     async with up.stream("POST", "/v1/chat/completions", JSON_HEADERS, b"{}") as s:
         assert s.status == 200
-        assert dict(s.headers)["Content-Type"] == "text/event-stream"
+        assert dict(response_headers(s.headers, s.decoded))["content-type"] == "text/event-stream"
         async for chunk in s.iter_bytes():
             chunks.append(chunk)
             got_first.set()
@@ -457,104 +451,38 @@ async def test_reset_mid_stream_is_connect_error_after_the_chunks_that_arrived(
     assert b"".join(got) == b"data: 1\n\n"
 
 
-async def test_session_is_recreated_after_aclose(serve, clients):
+async def test_requests_after_aclose_open_a_new_connection(serve, clients):
+    peers: list[object] = []
+
+    async def ok(request: web.Request) -> web.Response:
+        assert request.transport is not None
+        peers.append(request.transport.get_extra_info("peername"))
+        return web.Response(text="ok")
+
     app = web.Application()
-    app.router.add_get("/", fixed())
+    app.router.add_get("/", ok)
     up = clients(await serve(app))
     assert (await up.request("GET", "/", [], b"")).body == b"ok"
     await up.aclose()
-    assert up._session is None
     assert (await up.request("GET", "/", [], b"")).body == b"ok"
+    assert len(set(peers)) == 2
 
 
-# ----------------------------------------------------------------- the mapping is complete
-
-# Exception classes aiohttp defines that its HTTP client never raises to a caller of
-# `request` / `content.readany`, with the reason.
-NOT_CLIENT_ERRORS: dict[type[BaseException], str] = {
-    aiohttp.WSMessageTypeError: "websocket receive_json only",
-    aiohttp.WebSocketError: "websocket protocol only",
-    aiohttp.BadContentDispositionHeader: "a warning category of the multipart reader",
-    aiohttp.BadContentDispositionParam: "a warning category of the multipart reader",
-    aiohttp.EofStream: "internal end-of-stream signal, caught inside aiohttp",
-}
-
-
-def _aiohttp_exception_classes() -> set[type[BaseException]]:
-    found: set[type[BaseException]] = set()
-    for mod in (aiohttp, aiohttp.client_exceptions, aiohttp.http_exceptions):
-        for obj in vars(mod).values():
-            if isinstance(obj, type) and issubclass(obj, BaseException) and (
-                    obj.__module__.startswith("aiohttp")):
-                found.add(obj)
-    stack = list(found)
-    while stack:  # and every subclass, wherever aiohttp defines it
-        for sub in stack.pop().__subclasses__():
-            if sub.__module__.startswith("aiohttp") and sub not in found:
-                found.add(sub)
-                stack.append(sub)
-    return found
-
-
-def _bare(cls: type[BaseException]) -> BaseException:
-    # Mapping is by type; constructors differ per class, so build instances without them.
-    return cls.__new__(cls)
-
-
-def test_every_aiohttp_exception_maps_to_a_gateway_error():
-    classes = _aiohttp_exception_classes()
-    assert aiohttp.ClientConnectorDNSError in classes  # the enumeration sees deep subclasses
-    unmapped = [c.__name__ for c in classes - set(NOT_CLIENT_ERRORS)
-                if not isinstance(_map_exception(_bare(c)), GatewayError)]
-    assert unmapped == []
-    assert set(NOT_CLIENT_ERRORS) <= classes  # the exemptions are still real
-
-
-@pytest.mark.parametrize(
-    ("exc", "expected"),
-    [
-        (TimeoutError(), UpstreamTimeout),
-        (_bare(aiohttp.ServerTimeoutError), UpstreamTimeout),
-        (_bare(aiohttp.ConnectionTimeoutError), UpstreamTimeout),
-        (_bare(aiohttp.SocketTimeoutError), UpstreamTimeout),
-        (_bare(aiohttp.ClientConnectorError), UpstreamConnectError),
-        (_bare(aiohttp.ClientConnectorDNSError), UpstreamConnectError),
-        (_bare(aiohttp.ClientConnectorCertificateError), UpstreamConnectError),
-        (_bare(aiohttp.ClientSSLError), UpstreamConnectError),
-        (_bare(aiohttp.ServerDisconnectedError), UpstreamConnectError),
-        (_bare(aiohttp.ClientConnectionResetError), UpstreamConnectError),
-        (_bare(aiohttp.ClientOSError), UpstreamConnectError),
-        (_bare(aiohttp.ClientHttpProxyError), UpstreamConnectError),
-        (_bare(aiohttp.InvalidURL), UpstreamConnectError),
-        (_bare(aiohttp.ClientPayloadError), UpstreamConnectError),
-        (_bare(aiohttp.ClientResponseError), ProtocolError),
-        (_bare(aiohttp.TooManyRedirects), ProtocolError),
-        (_bare(aiohttp.http_exceptions.BadHttpMessage), ProtocolError),
-        (ConnectionResetError(), UpstreamConnectError),
-        (ConnectionRefusedError(), UpstreamConnectError),
-        (UpstreamTooLarge("x"), UpstreamTooLarge),
-    ],
-    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else v.__name__,
-)
-def test_mapping_table(exc, expected):
-    assert type(_map_exception(exc)) is expected
-
-
-def test_payload_error_caused_by_decoding_is_protocol_error():
-    exc = aiohttp.ClientPayloadError("bad body")
-    exc.__cause__ = aiohttp.http_exceptions.ContentEncodingError("bad gzip")
-    assert type(_map_exception(exc)) is ProtocolError
-
-
-def test_bugs_and_cancellation_are_not_masked():
-    assert _map_exception(KeyError("x")) is None
-    with pytest.raises(KeyError), _map_errors():
-        raise KeyError("x")
-    with pytest.raises(asyncio.CancelledError), _map_errors():
-        raise asyncio.CancelledError
-    with pytest.raises(UpstreamTimeout) as info, _map_errors():
-        raise aiohttp.SocketTimeoutError("slow")
-    assert isinstance(info.value.__cause__, aiohttp.SocketTimeoutError)
+def test_a_header_or_path_that_breaks_a_line_is_never_sent():
+    up = Upstream("http://127.0.0.1:9")
+    good = up._encode("POST", "/p?q=1", [("x-a", "1")], b"{}")
+    assert good.startswith(b"POST /p?q=1 HTTP/1.1\r\nhost: 127.0.0.1:9\r\nx-a: 1\r\n")
+    assert good.endswith(b"content-length: 2\r\n\r\n{}")
+    for method, path, headers in [
+        ("GET", "/p", [("x-a", "1\r\nx-injected: 1")]),
+        ("GET", "/p", [("x-a", "1\nx-injected: 1")]),
+        ("GET", "/p", [("x-a", "1\rx-injected: 1")]),
+        ("GET", "/p", [("x-a\r\nx-b", "1")]),
+        ("GET", "/p HTTP/1.1\r\nx-injected: 1\r\n", []),
+        ("GET", "/p", [("x-a", "a\0b")]),
+    ]:
+        with pytest.raises(ValueError):
+            up._encode(method, path, headers, b"")
 
 
 # ---------------------------------------------------------------------------- header hygiene
@@ -613,12 +541,10 @@ def test_forward_request_headers_takes_raw_asgi_pairs_and_sets_the_request_id():
 
 
 def test_accept_encoding_offers_only_what_can_be_decoded():
-    from aiohttp.compression_utils import HAS_BROTLI, HAS_ZSTD
+    from gateway.decoding import DECODABLE
 
     offered = {t.strip() for t in ACCEPT_ENCODING.split(",")}
-    assert {"gzip", "deflate"} <= offered
-    assert ("br" in offered) == HAS_BROTLI
-    assert ("zstd" in offered) == HAS_ZSTD
+    assert offered == DECODABLE == {"gzip", "deflate", "br", "zstd"}  # all installed here
 
 
 def test_response_headers_drop_hop_by_hop_length_and_decoded_encoding():

@@ -1,0 +1,538 @@
+"""The upstream HTTP/1.1 client: one asyncio protocol per connection, parsed by httptools (the
+llhttp parser uvicorn already uses), and a bounded keep-alive pool.
+
+Why not a general-purpose client: the gateway talks to one upstream, with one request in flight
+per connection, and spends most of its CPU per request in the client it uses. aiohttp spent
+92–111 µs of CPU per forwarded request on this path; this client spends a fraction of that
+(docs/benchmarks.md, "client choice"). It does only what a reverse proxy needs:
+
+* one exchange per connection at a time; connections are reused only after a complete,
+  keep-alive response that the caller read to the end;
+* timeouts: `connect` bounds the TCP (+TLS) connect, `read` the silence between two reads from
+  the socket, `total` the whole exchange — one deadline, checked by one timer per exchange, that
+  surfaces as `UpstreamTimeout` at the caller's next read (never as a cancellation inside the
+  caller's own code);
+* bodies are decoded (`gateway.decoding`) and bounded by `limit` decoded bytes while they arrive;
+  a consumer that falls behind pauses reading from the socket;
+* HEAD, 1xx, 204 and 304 responses carry no body; a body without length or chunking ends at EOF;
+* a pooled connection the upstream closed is discarded; an idempotent request that finds its
+  reused connection closed before any byte of the answer is retried once on a new connection
+  (RFC 9112 §9.3.1); POST never is.
+
+Every failure reaches the caller as a `gateway.errors` error, raised where it is detected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+from gateway.decoding import DECODABLE, Decoder, make_decoder
+from gateway.errors import (
+    GatewayError,
+    ProtocolError,
+    UpstreamConnectError,
+    UpstreamTimeout,
+    UpstreamTooLarge,
+)
+
+Headers = list[tuple[str, str]]
+
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
+_PAUSE_AT = 256 * 1024  # buffered body bytes at which reading from the socket pauses
+_IDLE_SECONDS = 15.0  # a pooled connection unused this long is closed rather than reused
+_NO_BODY_STATUS = frozenset({204, 304})
+_MAX_HEAD = 64 * 1024  # bytes of header names and values in one response head
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Connection(asyncio.Protocol):
+    """One connection to the upstream and the exchange in flight on it, if any."""
+
+    def __init__(self, pool: Pool, loop: asyncio.AbstractEventLoop) -> None:
+        self._pool = pool
+        self.loop = loop
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.used = False  # has carried an exchange before: a retry candidate when it fails
+        self.idle_since = 0.0
+        self.generation = pool.generation
+        self._active = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self.received_any = False  # any byte of an answer: a failed exchange is not retried
+        self.status = 0
+        self.headers: Headers = []
+        self.coding = ""  # the content-encoding token, lower-cased
+        self.error: GatewayError | None = None
+        self.done = False  # the body has been received in full
+        self.reusable = False
+        self._head: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._received = 0  # decoded body bytes
+        self._wire = 0  # body bytes as sent
+        self._decoder: Decoder | None = None
+        self._in_head = False
+        self._informational = False
+        self._framed = False  # content-length or transfer-encoding present
+        self._close_token = False
+        self._keep_alive_token = False
+        self._head_bytes = 0
+        self._length = -1
+        self._is_head_request = False
+        self._paused = False
+        self._wake_each_chunk = True
+        self._timer: asyncio.TimerHandle | None = None
+        self._deadline = 0.0
+        self._last_read = 0.0
+
+    # ------------------------------------------------------------------- asyncio protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream transport (uvloop's is not an asyncio.Transport subclass, only alike).
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._active:
+            self.close()  # bytes nobody asked for: the connection cannot be trusted
+            return
+        self._last_read = self.loop.time()
+        self.received_any = True
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as e:
+            cause = e.__context__
+            if isinstance(cause, GatewayError):
+                self._fail(cause)
+                return
+            err = ProtocolError(f"upstream response could not be processed: {_describe(e)}")
+            err.__cause__ = cause
+            self._fail(err)
+        except httptools.HttpParserUpgrade:
+            self._fail(ProtocolError("malformed upstream response: it switched protocols"))
+        except httptools.HttpParserError as e:
+            err = ProtocolError(f"malformed upstream response: {_describe(e)}")
+            err.__cause__ = e
+            self._fail(err)
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport; connection_lost completes or fails the exchange
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self._active:
+            self._pool.forget(self)
+            return
+        if self.done or self.error is not None:
+            return
+        if self.status and not self._in_head and self._eof_delimited() and exc is None:
+            self._complete()  # the body ran to EOF, as its headers said it would
+            return
+        where = "before the response" if not self.status else "mid-body: the answer was cut short"
+        err = UpstreamConnectError(
+            f"upstream closed the connection {where}" + (f": {_describe(exc)}" if exc else "")
+        )
+        err.__cause__ = exc
+        self._fail(err)
+
+    def pause_writing(self) -> None:  # requests are small; the transport buffers them
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    # ---------------------------------------------------------------------- parser callbacks
+
+    def on_message_begin(self) -> None:
+        if self.done:  # a second answer to one request: keep the first, drop the connection
+            raise ProtocolError("upstream sent more than one response to a request")
+        self.headers = []
+        self._in_head = True
+        self._head_bytes = 0
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._in_head:
+            return  # a chunked trailer: not relayed
+        self._head_bytes += len(name) + len(value)
+        if self._head_bytes > _MAX_HEAD:
+            raise ProtocolError(f"malformed upstream response: header over {_MAX_HEAD} bytes")
+        value = value.rstrip(b" \t")
+        lname = name.lower()
+        if lname == b"content-length":
+            self._framed = True
+            if not value.isdigit():  # the parser checks this first; never trust it twice
+                raise ProtocolError("malformed upstream response: bad content-length")
+            self._length = int(value)
+        elif lname == b"transfer-encoding":
+            self._framed = True
+        elif lname == b"content-encoding":
+            self.coding = value.decode("latin-1").strip().lower()
+        elif lname == b"connection":
+            tokens = value.lower()
+            self._close_token = self._close_token or b"close" in tokens
+            self._keep_alive_token = self._keep_alive_token or b"keep-alive" in tokens
+        self.headers.append((name.decode("latin-1"), value.decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        status = self._parser.get_status_code()
+        if status < 200:  # 1xx informational: the final response follows on this connection
+            self._informational = True
+            self._framed = self._close_token = self._keep_alive_token = False
+            self._length = -1
+            self.coding = ""
+            return
+        self.status = status
+        keep_alive = not self._close_token and (
+            self._keep_alive_token or self._parser.get_http_version() == "1.1")
+        if self.coding in DECODABLE:
+            self._decoder = make_decoder(self.coding, self._pool.limit)
+        limit = self._pool.limit
+        if self._is_head_request:
+            # The parser does not know the method: it would wait for a body that never comes.
+            # Done now, and the next exchange gets a fresh parser.
+            self._complete()
+            self.reusable = keep_alive
+            self._parser = httptools.HttpResponseParser(self)
+        elif self._decoder is None and self._length > limit:
+            self._release_head()
+            self._fail(UpstreamTooLarge(f"upstream body of {self._length} bytes over {limit}"))
+            return
+        elif status in _NO_BODY_STATUS or self._framed:
+            self.reusable = keep_alive  # confirmed when the message completes
+        self._release_head()
+
+    def on_body(self, body: bytes) -> None:
+        if self.done:  # bytes after a HEAD response's head: the connection cannot be trusted
+            self.reusable = False
+            return
+        self._wire += len(body)
+        limit = self._pool.limit
+        if self._decoder is not None:
+            if self._wire > 2 * limit + 65536:  # encoded input that decodes to almost nothing
+                raise UpstreamTooLarge(f"upstream body over {2 * limit + 65536} encoded bytes")
+            body = self._decoder.feed(body)
+            if not body:
+                return
+        self._received += len(body)
+        if self._received > limit:
+            raise UpstreamTooLarge(f"upstream body over {limit} bytes")
+        self._chunks.append(body)
+        self._buffered += len(body)
+        if self._wake_each_chunk:  # a streaming reader; `read_all` is bounded by `limit` alone
+            if self._buffered > _PAUSE_AT and not self._paused and self._transport is not None:
+                self._paused = True
+                self._transport.pause_reading()
+            self._wake()
+
+    def on_message_complete(self) -> None:
+        if self._informational:
+            self._informational = False
+            return
+        if not self.done:
+            self._complete()
+
+    # ------------------------------------------------------------------------- exchange
+
+    def _eof_delimited(self) -> bool:
+        return not self._framed and self.status not in _NO_BODY_STATUS
+
+    def _complete(self) -> None:
+        if self._decoder is not None:
+            try:
+                tail = self._decoder.finish()
+            except GatewayError as e:
+                self._fail(e)
+                return
+            if tail:
+                self._received += len(tail)
+                self._chunks.append(tail)
+                self._buffered += len(tail)
+        if self._eof_delimited() and not self._is_head_request:
+            self.reusable = False
+        self.done = True
+        self._stop_timer()
+        self._wake()
+
+    def _fail(self, err: GatewayError) -> None:
+        if self.error is None and not self.done:
+            self.error = err
+        self.reusable = False
+        self._stop_timer()
+        self.close()
+        head = self._head
+        if head is not None and not head.done():
+            head.set_exception(err)
+        self._wake()
+
+    def _release_head(self) -> None:
+        head = self._head
+        if head is not None and not head.done():
+            head.set_result(None)
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _check_time(self) -> None:
+        """The one timer of an exchange: the total deadline, and the read timeout, which only
+        runs while the socket is being read (a consumer that paused reading is not silence)."""
+        self._timer = None
+        if self.done or self.error is not None:
+            return
+        now = self.loop.time()
+        if now >= self._deadline:
+            self._fail(UpstreamTimeout(
+                f"upstream exchange over the total timeout of {self._pool.timeouts_total} s"))
+            return
+        read = self._pool.timeouts_read
+        if self._paused:
+            self._last_read = now
+        elif now - self._last_read >= read:
+            self._fail(UpstreamTimeout(f"upstream silent for over {read} s (read timeout)"))
+            return
+        self._timer = self.loop.call_at(min(self._deadline, self._last_read + read),
+                                         self._check_time)
+
+    def start(self, request: bytes, deadline: float, is_head: bool) -> asyncio.Future[None]:
+        """Send one request; the future resolves when the final response's head is in."""
+        assert self._transport is not None
+        self._reset()
+        self._active = True
+        self.used = True
+        self._is_head_request = is_head
+        self._deadline = deadline
+        now = self._last_read = self.loop.time()
+        self._timer = self.loop.call_at(min(deadline, now + self._pool.timeouts_read),
+                                         self._check_time)
+        head = self._head = self.loop.create_future()
+        self._transport.write(request)
+        return head
+
+    def finish(self) -> None:
+        """The caller is done with the exchange: back to the pool, or closed."""
+        self._active = False
+        self._stop_timer()
+        self._pool.release(self, self.done and self.reusable and not self._chunks)
+
+    def close(self) -> None:
+        self.reusable = False
+        if self._transport is not None and not self.closed:
+            self.closed = True
+            self._transport.abort()
+
+    # ------------------------------------------------------------------------- body reads
+
+    def _take(self) -> bytes:
+        chunks = self._chunks
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._buffered = 0
+        if self._paused and self._transport is not None:
+            self._paused = False
+            self._last_read = self.loop.time()
+            self._transport.resume_reading()
+        return data
+
+    async def next_chunk(self) -> bytes:
+        """The body bytes that arrived since the last call; b"" once the body is complete.
+        Bytes that arrived before a failure are handed out before the error is raised."""
+        while True:
+            if self._chunks:
+                return self._take()
+            if self.error is not None:
+                raise self.error
+            if self.done:
+                return b""
+            self._waiter = self.loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    async def read_all(self) -> bytes:
+        """The whole (remaining) body, woken once at its end rather than per chunk."""
+        self._wake_each_chunk = False
+        if self._paused and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+        while not self.done and self.error is None:
+            self._waiter = self.loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        if self.error is not None:
+            raise self.error
+        return self._take() if self._chunks else b""
+
+
+class Pool:
+    """Keep-alive connections to one origin, at most `size` open at once (idle, busy or being
+    connected); callers beyond that wait in order, within their exchange's deadline."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        size: int,
+        limit: int,
+        connect: float,
+        read: float,
+        total: float,
+    ) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"upstream URL must be http:// or https://host: {base_url!r}")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("credentials in the upstream URL are not supported; "
+                             "the client's own authorization headers are forwarded")
+        self.host = parts.hostname
+        self.tls = parts.scheme == "https"
+        self.port = parts.port or (443 if self.tls else 80)
+        self.host_header = parts.netloc
+        self.prefix = parts.path.rstrip("/")
+        self.size = size
+        self.limit = limit
+        self.timeouts_connect = connect
+        self.timeouts_read = read
+        self.timeouts_total = total
+        self._ssl: ssl.SSLContext | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.generation = 0
+        self._idle: list[Connection] = []
+        self._open = 0
+        self._waiters: deque[asyncio.Future[Connection | None]] = deque()
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        # A pool outlives no loop: connections of a finished loop are forgotten, not reused.
+        self.loop = loop
+        self._idle = []
+        self._open = 0
+        self._waiters = deque()
+
+    async def acquire(self, deadline: float) -> Connection:
+        loop = asyncio.get_running_loop()
+        if loop is not self.loop:
+            self._bind(loop)
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed and loop.time() - conn.idle_since < _IDLE_SECONDS:
+                return conn
+            conn.close()
+            self._drop(conn)
+        if self._open >= self.size:
+            fut: asyncio.Future[Connection | None] = loop.create_future()
+            self._waiters.append(fut)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    got = await fut
+            except BaseException as e:
+                self._abandon(fut)
+                if isinstance(e, TimeoutError):
+                    raise UpstreamTimeout(
+                        f"no upstream connection free within the total timeout of "
+                        f"{self.timeouts_total} s") from None
+                raise
+            if got is not None:
+                return got
+            # a slot was freed for us: `_open` already counts it
+        else:
+            self._open += 1
+        try:
+            return await self._connect(loop, deadline)
+        except BaseException:
+            self._open -= 1
+            self._wake_one()
+            raise
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop, deadline: float) -> Connection:
+        if self.tls and self._ssl is None:
+            # Built per pool, so SSL_CERT_FILE / SSL_CERT_DIR set for the process are honoured.
+            self._ssl = ssl.create_default_context()
+        timeout = min(self.timeouts_connect, deadline - loop.time())
+        try:
+            async with asyncio.timeout(timeout):
+                _, conn = await loop.create_connection(
+                    lambda: Connection(self, loop), self.host, self.port,
+                    ssl=self._ssl if self.tls else None,
+                    server_hostname=self.host if self.tls else None,
+                )
+        except TimeoutError:
+            raise UpstreamTimeout(f"upstream connect timed out after {timeout:.3g} s") from None
+        except OSError as e:  # refused, unreachable, DNS (gaierror), TLS (SSLError)
+            raise UpstreamConnectError(f"upstream unreachable: {_describe(e)}") from e
+        return conn
+
+    def release(self, conn: Connection, reusable: bool) -> None:
+        if conn.generation != self.generation or conn.closed or not reusable:
+            conn.close()
+            self._drop(conn)
+            return
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(conn)
+                return
+        assert self.loop is not None
+        conn.idle_since = self.loop.time()
+        self._idle.append(conn)
+
+    def forget(self, conn: Connection) -> None:
+        """An idle connection the upstream closed."""
+        if conn in self._idle:
+            self._idle.remove(conn)
+            self._drop(conn)
+
+    def _abandon(self, fut: asyncio.Future[Connection | None]) -> None:
+        """A waiter that left: whatever was handed to it as it left goes to the next one."""
+        if fut in self._waiters:
+            self._waiters.remove(fut)
+        elif fut.done() and not fut.cancelled():
+            handed = fut.result()
+            if handed is None:
+                self._open -= 1
+                self._wake_one()
+            else:
+                self.release(handed, True)
+
+    def _drop(self, conn: Connection) -> None:
+        if conn.loop is self.loop:  # a connection of a finished loop is not counted
+            self._open -= 1
+            self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                self._open += 1
+                fut.set_result(None)
+                return
+
+    def close_idle(self) -> None:
+        """Close every idle connection; busy ones close when their exchange ends."""
+        self.generation += 1
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+            self._drop(conn)
