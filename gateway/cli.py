@@ -155,6 +155,13 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
                     file=sys.stderr,
                 )
                 return 2
+            from gateway.http1 import parse_base_url
+
+            try:
+                parse_base_url(args.upstream)
+            except ValueError as e:
+                print(f"citewarden serve: --upstream: {e}", file=sys.stderr)
+                return 2
             policies = args.policy or args.env_policies
             if not policies:
                 print(

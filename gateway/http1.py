@@ -55,6 +55,23 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def parse_base_url(base_url: str) -> tuple[bool, str, int, str, str]:
+    """(tls, host, port, host header, path prefix) of an upstream base URL; ValueError if it
+    is not one the client can use."""
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"must be http://host[:port][/prefix] or https://…, not {base_url!r}")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("credentials in the URL are not supported; the client's own "
+                         "authorization headers are forwarded")
+    try:
+        port = parts.port
+    except ValueError as e:
+        raise ValueError(f"bad port in {base_url!r}") from e
+    tls = parts.scheme == "https"
+    return tls, parts.hostname, port or (443 if tls else 80), parts.netloc, parts.path.rstrip("/")
+
+
 class Connection(asyncio.Protocol):
     """One connection to the upstream and the exchange in flight on it, if any."""
 
@@ -400,17 +417,7 @@ class Pool:
         read: float,
         total: float,
     ) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"upstream URL must be http:// or https://host: {base_url!r}")
-        if parts.username is not None or parts.password is not None:
-            raise ValueError("credentials in the upstream URL are not supported; "
-                             "the client's own authorization headers are forwarded")
-        self.host = parts.hostname
-        self.tls = parts.scheme == "https"
-        self.port = parts.port or (443 if self.tls else 80)
-        self.host_header = parts.netloc
-        self.prefix = parts.path.rstrip("/")
+        self.tls, self.host, self.port, self.host_header, self.prefix = parse_base_url(base_url)
         self.size = size
         self.limit = limit
         self.timeouts_connect = connect

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 POLICIES = sorted((Path(__file__).parent.parent / "policies").glob("*.yaml"))
 
 
@@ -60,6 +62,15 @@ def test_report_summarises_an_audit_file(tmp_path: Path) -> None:
     assert summary["decisions"] == {"released": 1, "blocked": 1}
     assert summary["failure_reasons"] == {"hallucinated_citation": 1}
     assert run("report", str(tmp_path / "missing.jsonl")).returncode == 2
+
+
+@pytest.mark.parametrize(
+    "url", ["localhost:8000", "ftp://host/", "http://user:pw@host/", "http://host:99999/"]
+)
+def test_serve_with_an_unusable_upstream_url_is_a_usage_error(url: str) -> None:
+    result = run("serve", "--upstream", url, "--policy", str(POLICIES[0]))
+    assert result.returncode == 2
+    assert result.stderr.startswith("citewarden serve: --upstream: ")
 
 
 def test_serve_without_upstream_or_policy_is_a_usage_error() -> None:

@@ -415,6 +415,17 @@ async def test_the_pool_bounds_open_connections_and_reuses_them(wire, clients):
     assert w.connections == 2  # waiters were handed released connections, not new ones
 
 
+async def test_waiting_for_a_pooled_connection_counts_against_the_total_timeout(wire, clients):
+    w = await wire(send(CHUNKED + b"9\r\ndata: 1\n\n\r\n"), OK)  # a stream that never ends
+    up = clients(w.url, Timeouts(connect=1, read=1, total=0.3), Limits(pool_size=1))
+    async with up.stream("GET", "/held", [], b"") as s:  # holds the pool's one connection
+        assert s.status == 200
+        with pytest.raises(UpstreamTimeout):
+            await up.request("GET", "/waits", [], b"")
+    assert (await up.request("GET", "/later", [], b"")).body == b"ok"  # the slot came back
+    assert [r.line.split()[1] for r in w.requests] == ["/held", "/later"]  # never sent
+
+
 async def test_a_stream_read_to_the_end_gives_its_connection_back(wire, clients):
     w = await wire(send(CHUNKED + b"9\r\ndata: 1\n\n\r\n", b"9\r\ndata: 2\n\n\r\n0\r\n\r\n"), OK)
     up = clients(w.url)
