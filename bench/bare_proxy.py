@@ -1,4 +1,4 @@
-"""The "bare passthrough" baseline: citewarden's server stack (starlette + uvicorn + the aiohttp
+"""The "bare passthrough" baseline: citewarden's server stack (starlette + uvicorn + the
 `gateway.upstream` client) forwarding every request without verification.
 
 The gap between this and direct is the cost of being a Python proxy at all; the gap between

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from gateway.decoding import ACCEPT_ENCODING, DECODABLE, make_decoder
 from gateway.errors import ProtocolError, UpstreamTooLarge
+from tests.test_sse import split_at
 
 
 def _importable(name: str) -> bool:
@@ -66,14 +67,6 @@ def coding_of(case: str) -> str:
     return case.removesuffix("-raw")
 
 
-def split(data: bytes, cuts: list[int]) -> list[bytes]:
-    points = sorted({c % (len(data) + 1) for c in cuts})
-    pieces, last = [], 0
-    for p in points:
-        pieces.append(data[last:p])
-        last = p
-    pieces.append(data[last:])
-    return pieces
 
 
 def decode(coding: str, pieces: list[bytes], limit: int = BIG) -> bytes:
@@ -134,7 +127,7 @@ def test_round_trip_byte_by_byte(case: str) -> None:
     cuts=st.lists(st.integers(min_value=0, max_value=1 << 20), max_size=12),
 )
 def test_round_trip_random_splits(case: str, payload: bytes, cuts: list[int]) -> None:
-    pieces = split(CASES[case](payload), cuts)
+    pieces = split_at(CASES[case](payload), cuts)
     assert decode(coding_of(case), pieces) == payload
 
 
@@ -156,7 +149,7 @@ def test_members_decode_one_after_another(
     coding: str, members: list[bytes], cuts: list[int]
 ) -> None:
     body = b"".join(ENCODERS[coding](m) for m in members)
-    assert decode(coding, split(body, cuts)) == b"".join(members)
+    assert decode(coding, split_at(body, cuts)) == b"".join(members)
 
 
 @pytest.mark.parametrize("coding", ["gzip", "zstd"])
@@ -285,7 +278,7 @@ def test_limit_is_inclusive(case: str, size: int) -> None:
     payload = (TEXT * 100)[:size]
     body = CASES[case](payload)
     assert decode(coding_of(case), [body], limit=size) == payload
-    assert decode(coding_of(case), split(body, [3, 50, 51, 400]), limit=size) == payload
+    assert decode(coding_of(case), split_at(body, [3, 50, 51, 400]), limit=size) == payload
     if size:
         with pytest.raises(UpstreamTooLarge):
             decode(coding_of(case), [body], limit=size - 1)

@@ -8,6 +8,7 @@ import gzip
 import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import pytest
 from aiohttp import web
@@ -87,18 +88,25 @@ async def raw_server() -> AsyncIterator[Callable[[bytes, str], Awaitable[str]]]:
         await s.wait_closed()
 
 
-@pytest.fixture
-async def clients() -> AsyncIterator[Callable[..., Upstream]]:
+@asynccontextmanager
+async def upstream_clients(default: Timeouts) -> AsyncIterator[Callable[..., Upstream]]:
+    """Make `Upstream`s (with `default` timeouts unless given); all are closed at the end."""
     made: list[Upstream] = []
 
     def make(base: str, timeouts: Timeouts | None = None, limits: Limits | None = None) -> Upstream:
-        up = Upstream(base, timeouts or Timeouts(connect=2, read=2, total=5), limits)
+        up = Upstream(base, timeouts or default, limits)
         made.append(up)
         return up
 
     yield make
     for up in made:
         await up.aclose()
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[Callable[..., Upstream]]:
+    async with upstream_clients(Timeouts(connect=2, read=2, total=5)) as make:
+        yield make
 
 
 def free_port() -> int:

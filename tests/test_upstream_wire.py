@@ -22,6 +22,7 @@ import pytest
 
 from gateway.errors import ProtocolError, UpstreamConnectError, UpstreamTimeout
 from gateway.upstream import Limits, Timeouts, Upstream
+from tests.test_upstream import upstream_clients
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
 CHUNKED = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -156,16 +157,8 @@ async def wire() -> AsyncIterator[Callable[..., Awaitable[Wire]]]:
 @pytest.fixture
 async def clients(wire: object) -> AsyncIterator[Callable[..., Upstream]]:
     # Depends on `wire` so that clients are closed before the servers are stopped.
-    made: list[Upstream] = []
-
-    def make(base: str, timeouts: Timeouts | None = None, limits: Limits | None = None) -> Upstream:
-        up = Upstream(base, timeouts or Timeouts(connect=1, read=0.5, total=3), limits)
-        made.append(up)
-        return up
-
-    yield make
-    for up in made:
-        await up.aclose()
+    async with upstream_clients(Timeouts(connect=1, read=0.5, total=3)) as make:
+        yield make
 
 
 def conns(w: Wire) -> list[int]:
