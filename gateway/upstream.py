@@ -13,7 +13,8 @@ Callers see only `gateway.errors`, raised where each failure is detected:
 
 Bodies are decoded (gzip, deflate, and br / zstd when their decoders are installed) before the
 caller sees them; `Accept-Encoding` asks the upstream for exactly those. Redirects are never
-followed: a proxy relays them. Cookies are never kept: each answer's go to its own client.
+followed: a proxy relays them. Cookies are never kept: an answer's cookies go to its own
+client only.
 """
 
 from __future__ import annotations
