@@ -278,7 +278,7 @@ class Connection(asyncio.Protocol):
                 self._received += len(tail)
                 self._chunks.append(tail)
                 self._buffered += len(tail)
-        if self._eof_delimited() and not self._is_head_request:
+        if self._eof_delimited():  # (a HEAD answer's reuse is decided after this)
             self.reusable = False
         self.done = True
         self._stop_timer()
@@ -287,9 +287,8 @@ class Connection(asyncio.Protocol):
     def _fail(self, err: GatewayError) -> None:
         if self.error is None and not self.done:
             self.error = err
-        self.reusable = False
         self._stop_timer()
-        self.close()
+        self.close()  # never reused
         head = self._head
         if head is not None and not head.done():
             head.set_exception(err)
@@ -359,16 +358,27 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------------- body reads
 
+    def _resume_reading(self) -> None:
+        if self._paused and self._transport is not None:
+            self._paused = False
+            self._last_read = self.loop.time()  # the read timeout restarts with the reading
+            self._transport.resume_reading()
+
     def _take(self) -> bytes:
         chunks = self._chunks
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
         self._buffered = 0
-        if self._paused and self._transport is not None:
-            self._paused = False
-            self._last_read = self.loop.time()
-            self._transport.resume_reading()
+        self._resume_reading()
         return data
+
+    async def _wait(self) -> None:
+        """Until the parser has news: a chunk (when woken per chunk), the end, or a failure."""
+        self._waiter = self.loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
 
     async def next_chunk(self) -> bytes:
         """The body bytes that arrived since the last call; b"" once the body is complete.
@@ -380,24 +390,14 @@ class Connection(asyncio.Protocol):
                 raise self.error
             if self.done:
                 return b""
-            self._waiter = self.loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._wait()
 
     async def read_all(self) -> bytes:
         """The whole (remaining) body, woken once at its end rather than per chunk."""
         self._wake_each_chunk = False
-        if self._paused and self._transport is not None:
-            self._paused = False
-            self._transport.resume_reading()
+        self._resume_reading()
         while not self.done and self.error is None:
-            self._waiter = self.loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._wait()
         if self.error is not None:
             raise self.error
         return self._take() if self._chunks else b""

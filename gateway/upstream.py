@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from gateway.decoding import ACCEPT_ENCODING, DECODABLE
 from gateway.errors import UpstreamConnectError
-from gateway.http1 import IDEMPOTENT, Connection, Pool
+from gateway.http1 import IDEMPOTENT, Connection, Headers, Pool
 
 __all__ = [
     "ACCEPT_ENCODING",
@@ -39,8 +39,6 @@ __all__ = [
     "forward_request_headers",
     "response_headers",
 ]
-
-Headers = list[tuple[str, str]]
 
 # RFC 9110 §7.6.1 connection-specific fields, plus the de-facto ones proxies also strip.
 _HOP_BY_HOP = frozenset(
