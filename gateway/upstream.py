@@ -20,7 +20,7 @@ client only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -210,9 +210,16 @@ class Upstream:
         return head.encode("latin-1") + body
 
     async def _open(
-        self, method: str, path_qs: str, headers: Headers, body: bytes
+        self,
+        method: str,
+        path_qs: str,
+        headers: Headers,
+        body: bytes,
+        while_waiting: Callable[[], object] | None = None,
     ) -> Connection:
-        """A connection whose exchange has its final response head in."""
+        """A connection whose exchange has its final response head in. `while_waiting` is
+        called once, as soon as the request is handed to the connection, before the answer is
+        awaited: work that does not need the answer is done while the upstream works."""
         request = self._encode(method, path_qs, headers, body)
         deadline = asyncio.get_running_loop().time() + self.timeouts.total
         retry = method in IDEMPOTENT
@@ -220,7 +227,11 @@ class Upstream:
             conn = await self._pool.acquire(deadline)
             reused = conn.used
             try:
-                await conn.start(request, deadline, method == "HEAD")
+                head = conn.start(request, deadline, method == "HEAD")
+                if while_waiting is not None:
+                    while_waiting()
+                    while_waiting = None
+                await head
             except BaseException as e:
                 conn.finish()  # not done: closed, never pooled
                 if retry and reused and not conn.received_any and isinstance(
@@ -232,10 +243,17 @@ class Upstream:
             return conn
 
     async def request(
-        self, method: str, path_qs: str, headers: Headers, body: bytes
+        self,
+        method: str,
+        path_qs: str,
+        headers: Headers,
+        body: bytes,
+        *,
+        while_waiting: Callable[[], object] | None = None,
     ) -> UpstreamResponse:
-        """One exchange, the decoded body read whole (bounded by `max_response_bytes`)."""
-        conn = await self._open(method, path_qs, headers, body)
+        """One exchange, the decoded body read whole (bounded by `max_response_bytes`).
+        `while_waiting`: called once the request is sent, before the answer is awaited."""
+        conn = await self._open(method, path_qs, headers, body, while_waiting)
         try:
             data = await conn.read_all()
         finally:
