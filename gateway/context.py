@@ -141,7 +141,8 @@ def openai_request_context(
     if not isinstance(messages, list):
         return
     for msg in messages:
-        if not isinstance(msg, Mapping) or msg.get("role") not in _OPENAI_ROLES:
+        role = msg.get("role") if isinstance(msg, Mapping) else None
+        if not isinstance(role, str) or role not in _OPENAI_ROLES:
             continue
         for text in _content_texts(msg.get("content")):
             ctx.extend(chunks_in_text(text, pattern))

@@ -61,3 +61,22 @@ def test_native_citations_verify_in_streams(tmp_path: Path, streaming: str) -> N
             ) as stream,
         ):
             stream.get_final_message()
+
+
+def test_a_citation_whose_type_is_no_string_is_a_bad_upstream_answer(tmp_path: Path) -> None:
+    """Such a type would not even hash: the answer is refused as unusable (502), never a
+    crash of the gateway, and nothing of it reaches the client."""
+    body = json.loads((FIXTURES / "native_good.json").read_text())
+    cited = next(b for b in body["content"] if b.get("citations"))
+    cited["citations"][0]["type"] = ["char_location"]
+    up = create_upstream({"odd": Json(body)})
+    with (
+        serve(up) as url,
+        run_gateway(url, [write_policy(tmp_path)]) as gw,
+        anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0) as client,
+        pytest.raises(anthropic.APIStatusError) as info,
+    ):
+        client.messages.create(**_request("request.json"), extra_headers={"x-test-scenario": "odd"})
+    assert info.value.status_code == 502
+    assert info.value.response.headers["x-citewarden-decision"] == "error"
+    assert cited["text"] not in info.value.response.text

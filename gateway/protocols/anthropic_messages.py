@@ -72,9 +72,12 @@ def native_citation(raw: object) -> Citation | None:
     if not isinstance(raw, Mapping):
         raise ProtocolError("anthropic-messages: citation is not an object")
     ctype = raw.get("type")
+    if not isinstance(ctype, str):  # a list or an object would not even hash
+        raise ProtocolError("anthropic-messages: citation type is not a string")
     if ctype not in _CITATION_FIELDS:
         return None
-    doc_key, start_key, end_key = _CITATION_FIELDS[str(ctype)]
+    doc_key, start_key, end_key = _CITATION_FIELDS[ctype]
+    kind: Any = ctype  # one of the keys above: NativeLocation's literal types
     cited = raw.get("cited_text")
     if not isinstance(cited, str):
         raise ProtocolError("anthropic-messages: citation without cited_text")
@@ -91,7 +94,7 @@ def native_citation(raw: object) -> Citation | None:
     else:
         idx = _int(raw.get(doc_key))
         loc = NativeLocation(
-            type=ctype,
+            type=kind,
             cited_text=cited,
             document_index=idx,
             start=_int(raw.get(start_key)),
