@@ -5,8 +5,6 @@ import json
 
 import pytest
 
-import gateway.context
-import gateway.pipeline
 from gateway.context import (
     build_context,
     chunks_in_text,
@@ -15,9 +13,8 @@ from gateway.context import (
     response_chunks,
 )
 from gateway.errors import ProtocolError
-from gateway.pipeline import RoutePipeline
-from gateway.policy import ContextSpec, Policy, RagSpec, from_model
-from gateway.types import Chunk, ContextSet, Document
+from gateway.policy import ContextSpec, RagSpec
+from gateway.types import Chunk, Document
 
 
 def b64url(obj: object, pad: bool = False) -> str:
@@ -73,17 +70,6 @@ def test_openai_request_roles_and_content_parts() -> None:
     }
     ctx = request_context("openai-chat", body, ContextSpec())
     assert list(ctx.chunks) == ["s:1", "d:1", "u:1", "t:1"]
-
-
-def test_an_openai_message_whose_role_is_no_string_is_not_read() -> None:
-    body = {
-        "messages": [
-            {"role": ["system"], "content": '<chunk id="odd">a list is no role</chunk>'},
-            {"role": "user", "content": '<chunk id="u">user text</chunk>'},
-        ]
-    }
-    ctx = request_context("openai-chat", body, ContextSpec())
-    assert list(ctx.chunks) == ["u"]
 
 
 def test_anthropic_documents_search_results_and_system_blocks() -> None:
@@ -241,66 +227,6 @@ def test_build_context_uses_only_named_sources_and_upgrades_id_only() -> None:
         headers={"x-citewarden-context-ids": "!,"},
     )
     assert list(only_req.chunks) == ["a"]
-
-
-def test_a_request_context_built_early_stands_in_for_the_request_source_only_when_first() -> None:
-    request = {"messages": [{"role": "user", "content": '<chunk id="a">from request</chunk>'}]}
-    headers = {"x-citewarden-context-ids": "a,b"}
-    first = ContextSpec.model_validate({"from": ["request", "header"]})
-    early = request_context("openai-chat", request, first)
-    ctx = build_context("openai-chat", first, request=None, headers=headers, from_request=early)
-    # Used as the request source (no request given here), then extended by the header.
-    assert ctx is early
-    assert ctx.chunks == {"a": Chunk("a", "from request"), "b": Chunk("b")}
-    # Not first: the sources keep their order, so the early set is not used.
-    later = ContextSpec.model_validate({"from": ["header", "request"]})
-    stale = request_context("openai-chat", {"messages": []}, later)
-    ctx = build_context(
-        "openai-chat", later, request=request, headers=headers, from_request=stale
-    )
-    assert ctx is not stale
-    assert ctx.chunks == {"a": Chunk("a", "from request"), "b": Chunk("b")}
-
-
-def _pipeline(sources: list[str]) -> RoutePipeline:
-    policy = Policy.model_validate(
-        {
-            "name": "early",
-            "routes": [{"name": "chat", "match": {"path": "/c"}, "protocol": "openai-chat"}],
-            "context": {"from": sources},
-        }
-    )
-    loaded = from_model(policy)
-    return RoutePipeline(loaded, loaded.policy.routes[0])
-
-
-def test_the_pipeline_builds_early_only_what_does_not_need_the_answer() -> None:
-    request = {"messages": [{"role": "user", "content": '<chunk id="a">from request</chunk>'}]}
-    only = _pipeline(["request"]).early_context(request)
-    assert only is not None and only.chunks == {"a": Chunk("a", "from request")}
-    assert only._fp is not None  # the fingerprint, too, was computed while waiting
-    assert only.fingerprint == _pipeline(["request"]).context(request, None, None).fingerprint
-    extended = _pipeline(["request", "header"]).early_context(request)
-    assert extended is not None and extended._fp is None  # headers may still add chunks
-    assert _pipeline(["header", "request"]).early_context(request) is None
-    assert _pipeline(["response"]).early_context(request) is None
-
-
-def test_a_request_the_early_build_cannot_read_is_left_to_the_judgement(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The early build runs inside the upstream call: whatever it meets must not surface there
-    (as if the upstream had failed); the judgement reads the request again and meets it."""
-
-    def unreadable(*args: object) -> ContextSet:
-        raise RuntimeError("unreadable request")
-
-    monkeypatch.setattr(gateway.pipeline, "request_context", unreadable)
-    monkeypatch.setattr(gateway.context, "request_context", unreadable)
-    pipeline = _pipeline(["request"])
-    assert pipeline.early_context({"messages": []}) is None
-    with pytest.raises(RuntimeError, match="unreadable request"):
-        pipeline.context({"messages": []}, None, None)
 
 
 def test_repeated_prompt_text_gives_equal_independent_chunk_lists() -> None:
