@@ -22,7 +22,7 @@ from gateway.policy import PolicyStore
 from gateway.sse import SSEDecoder
 from gateway.stream import ProgressiveRelease, StreamVerifier
 from gateway.turns import Turns
-from gateway.types import ContextSet, Decision, Outcome, Report
+from gateway.types import Decision, Outcome, Report
 from gateway.upstream import Upstream, forward_request_headers, response_headers
 
 Scope = MutableMapping[str, Any]
@@ -97,12 +97,10 @@ def _judge(
     body: bytes,
     up_headers: list[tuple[str, str]],
     verifier: StreamVerifier | None,
-    from_request: ContextSet | None = None,
 ) -> tuple[Any, Judgement, float]:
     """One whole 2xx upstream answer parsed (unless it was verified as it streamed) and judged:
     the CPU work an answer waits its turn for. (answer, judgement, verification seconds);
-    raises ProtocolError / ValueError for an answer that cannot be used. `from_request`: the
-    request's part of the context, built while the upstream answered."""
+    raises ProtocolError / ValueError for an answer that cannot be used."""
     known: KnownVerdicts | None = None
     streamed_text: str | None = None
     if verifier is not None:
@@ -113,7 +111,7 @@ def _judge(
         if not isinstance(parsed, dict):
             raise ProtocolError("upstream body is not a JSON object")
         answer = pipeline.adapter.parse(parsed, pipeline.route)
-        ctx = pipeline.context(request, parsed, dict(up_headers), from_request)
+        ctx = pipeline.context(request, parsed, dict(up_headers))
     t0 = time.perf_counter()
     judgement = pipeline.safe_judge(answer, ctx, known, streamed_text)
     verify_seconds = time.perf_counter() - t0 + (verifier.seconds if verifier else 0.0)
@@ -341,30 +339,21 @@ class _Exchange:
         request_raw: bytes,
         headers: list[tuple[str, str]],
         stream: bool,
-    ) -> tuple[int, list[tuple[str, str]], bytes, StreamVerifier | None, ContextSet | None]:
+    ) -> tuple[int, list[tuple[str, str]], bytes, StreamVerifier | None]:
         """One whole upstream answer (JSON or SSE), bounded in size.
 
         A 2xx stream is verified claim by claim while it arrives (a StreamVerifier is returned
-        with what it found), so little is left to check when it ends. For a JSON answer, the
-        request's part of the context is built while the upstream answers, and returned (a
-        set used once: the judgement extends it). Raises ProtocolError for a stream that does
-        not parse or a malformed context header.
+        with what it found), so little is left to check when it ends. Raises ProtocolError for
+        a stream that does not parse or a malformed context header.
         """
         t0 = time.perf_counter()
         try:
             if not stream:
-                early: list[ContextSet | None] = []
-                resp = await self.app.upstream.request(
-                    "POST",
-                    self.path_qs,
-                    headers,
-                    request_raw,
-                    while_waiting=lambda: early.append(pipeline.early_context(request)),
-                )
-                return resp.status, resp.headers, resp.body, None, early[0] if early else None
+                resp = await self.app.upstream.request("POST", self.path_qs, headers, request_raw)
+                return resp.status, resp.headers, resp.body, None
             async with self.app.upstream.stream("POST", self.path_qs, headers, request_raw) as s:
                 if not 200 <= s.status < 300:
-                    return s.status, s.headers, await s.read(), None, None
+                    return s.status, s.headers, await s.read(), None
                 ctx = pipeline.context(request, None, dict(s.headers))
                 verifier = StreamVerifier(pipeline, ctx)
                 decoder = SSEDecoder()
@@ -380,7 +369,7 @@ class _Exchange:
                 else:
                     for event in decoder.finish():
                         verifier.feed(event)
-                return s.status, s.headers, b"".join(parts), verifier, None
+                return s.status, s.headers, b"".join(parts), verifier
         finally:
             self.upstream_seconds += time.perf_counter() - t0
 
@@ -422,13 +411,13 @@ class _Exchange:
         )
         for attempt in range(attempts):
             try:
-                status, up_headers, body, verifier, early = await self._call_upstream(
+                status, up_headers, body, verifier = await self._call_upstream(
                     pipeline, request, raw, headers, stream
                 )
                 if not 200 <= status < 300:
                     await self._relay_error(pipeline, status, up_headers, body)
                     return
-                args = (pipeline, request, body, up_headers, verifier, early)
+                args = (pipeline, request, body, up_headers, verifier)
                 if verifier is None:
                     answer, judgement, verify_seconds = await self.app.turns.run(_judge, *args)
                 else:

@@ -349,19 +349,11 @@ def build_context(
     response: object = None,
     headers: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
     rag: RagSpec | None = None,
-    from_request: ContextSet | None = None,
 ) -> ContextSet:
-    """The context set for one exchange, from the sources `spec.from_` names, in that order.
-
-    `from_request`, when given, is `request_context(protocol, request, spec)` already built
-    (while the upstream was answering): it stands in for the request source when that source
-    comes first, and is then extended by the others like a set built here.
-    """
+    """The context set for one exchange, from the sources `spec.from_` names, in that order."""
     ctx = ContextSet()
-    for i, source in enumerate(spec.from_):
-        if source == "request" and i == 0 and from_request is not None:
-            ctx = from_request
-        elif source == "request" and request is not None:
+    for source in spec.from_:
+        if source == "request" and request is not None:
             request_context(protocol, request, spec, ctx)
         elif source == "response" and response is not None and rag is not None:
             ctx.extend(response_chunks(response, rag))

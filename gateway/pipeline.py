@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from gateway.context import build_context, request_context
+from gateway.context import build_context
 from gateway.policy import LoadedPolicy, Route
 from gateway.protocols import ADAPTERS
 from gateway.protocols.base import Adapter, channel_key
@@ -81,12 +81,8 @@ class RoutePipeline:
         request_body: Mapping[str, Any] | None,
         response_body: Mapping[str, Any] | None,
         response_headers: Mapping[str, str] | None,
-        from_request: ContextSet | None = None,
     ) -> ContextSet:
-        """The trusted context of one exchange; a malformed context header raises ProtocolError.
-
-        `from_request`: what `early_context` built for this request, if anything.
-        """
+        """The trusted context of one exchange; a malformed context header raises ProtocolError."""
         return build_context(
             self.route.protocol,
             self.policy.context,
@@ -94,25 +90,7 @@ class RoutePipeline:
             response=response_body,
             headers=response_headers,
             rag=self.route.rag,
-            from_request=from_request,
         )
-
-    def early_context(self, request_body: Mapping[str, Any]) -> ContextSet | None:
-        """The request's part of the context, built before the answer exists (the gateway
-        calls this while the upstream is answering), or None when there is nothing to build
-        early: the policy reads the request after another source, or not at all. When the
-        request is the only source its fingerprint is computed too. Never raises: a request
-        this cannot read is read again, and fails, where `context` reads it."""
-        spec = self.policy.context
-        if not spec.from_ or spec.from_[0] != "request":
-            return None
-        try:
-            ctx = request_context(self.route.protocol, request_body, spec)
-            if len(spec.from_) == 1:
-                _ = ctx.fingerprint  # cached on the set while its chunks stay the same
-        except Exception:
-            return None
-        return ctx
 
     def judge(
         self,

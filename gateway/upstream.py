@@ -20,7 +20,7 @@ client only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -210,16 +210,9 @@ class Upstream:
         return head.encode("latin-1") + body
 
     async def _open(
-        self,
-        method: str,
-        path_qs: str,
-        headers: Headers,
-        body: bytes,
-        while_waiting: Callable[[], object] | None = None,
+        self, method: str, path_qs: str, headers: Headers, body: bytes
     ) -> Connection:
-        """A connection whose exchange has its final response head in. `while_waiting` is
-        called once, as soon as the request is handed to the connection, before the answer is
-        awaited: work that does not need the answer is done while the upstream works."""
+        """A connection whose exchange has its final response head in."""
         request = self._encode(method, path_qs, headers, body)
         deadline = asyncio.get_running_loop().time() + self.timeouts.total
         retry = method in IDEMPOTENT
@@ -227,11 +220,7 @@ class Upstream:
             conn = await self._pool.acquire(deadline)
             reused = conn.used
             try:
-                head = conn.start(request, deadline, method == "HEAD")
-                if while_waiting is not None:
-                    while_waiting()
-                    while_waiting = None
-                await head
+                await conn.start(request, deadline, method == "HEAD")
             except BaseException as e:
                 conn.finish()  # not done: closed, never pooled
                 if retry and reused and not conn.received_any and isinstance(
@@ -243,17 +232,10 @@ class Upstream:
             return conn
 
     async def request(
-        self,
-        method: str,
-        path_qs: str,
-        headers: Headers,
-        body: bytes,
-        *,
-        while_waiting: Callable[[], object] | None = None,
+        self, method: str, path_qs: str, headers: Headers, body: bytes
     ) -> UpstreamResponse:
-        """One exchange, the decoded body read whole (bounded by `max_response_bytes`).
-        `while_waiting`: called once the request is sent, before the answer is awaited."""
-        conn = await self._open(method, path_qs, headers, body, while_waiting)
+        """One exchange, the decoded body read whole (bounded by `max_response_bytes`)."""
+        conn = await self._open(method, path_qs, headers, body)
         try:
             data = await conn.read_all()
         finally:
