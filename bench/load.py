@@ -2,10 +2,13 @@
 
     python bench/load.py sse  --url URL --streams 128 [--rounds 1] [--stagger-ms 20]  -> JSON
     python bench/load.py json --url URL --concurrency 16 --duration 5 -> JSON on stdout
+    python bench/load.py alternate --url URL --url URL ... --duration 30  -> JSON on stdout
 
 `sse` opens N concurrent streams of the mock's answer (raw connections parsed by httptools, so
 the driver's own cost stays out of the timestamps) and checks that each one's content arrives
-whole and in order; `json` is the closed-loop fallback when wrk is not installed.
+whole and in order; `json` is the closed-loop fallback when wrk is not installed; `alternate`
+measures latency at concurrency 1 against several targets in turn, one request each, so that
+every target meets the same machine (see `alternate`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import argparse
 import asyncio
 import json
 import re
+import socket
 import statistics
 import sys
 import time
@@ -187,15 +191,97 @@ async def json_load(url: str, concurrency: int, duration: float) -> dict[str, An
             "requests": len(latencies), "errors": errors}
 
 
+class _OneAtATime:
+    """A keep-alive connection that sends the benchmark request and reads the whole answer,
+    blocking: a few syscalls and a C parse per request, the same for every target."""
+
+    def __init__(self, url: str) -> None:
+        u = urlsplit(url)
+        self.addr = (u.hostname or "127.0.0.1", u.port or 80)
+        head = (f"POST {u.path or '/'} HTTP/1.1\r\nhost: {self.addr[0]}:{self.addr[1]}\r\n"
+                + "".join(f"{k}: {v}\r\n" for k, v in HEADERS.items())
+                + f"content-length: {len(REQUEST_BODY)}\r\n\r\n")
+        self.request = head.encode() + REQUEST_BODY
+        self.sock: socket.socket | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.complete = False
+        self.status = 0
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+    def once(self) -> tuple[float, bool]:
+        """(seconds from the first byte sent to the last byte read, 2xx)."""
+        if self.sock is None:
+            self.sock = socket.create_connection(self.addr, timeout=10)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.parser = httptools.HttpResponseParser(self)
+        self.complete = False
+        t0 = time.perf_counter()
+        self.sock.sendall(self.request)
+        while not self.complete:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("closed before the response ended")
+            self.parser.feed_data(data)
+        elapsed = time.perf_counter() - t0
+        if not self.parser.should_keep_alive():
+            self.close()
+        return elapsed, 200 <= self.parser.get_status_code() < 300
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+def alternate(urls: list[str], duration: float, pause: float = 0.002) -> dict[str, Any]:
+    """Concurrency 1 against every target in turn: one request to each, round after round
+    (the order rotating), until `duration` is spent. Run back to back instead, target after
+    target, the added latency moves with whatever else the shared machine does in between
+    (the gap is a fraction of a millisecond on a 20 ms request); in turns, drift reaches
+    every target alike. After each answer the driver waits `pause`, so that what a server
+    does after its last byte (accounting, logging) is done before the next target's request
+    is timed: on two cores it would otherwise slow whichever target comes next. Every request
+    thus meets an idle server, as a lone client's does. {url: {latencies_ms, errors}}, the
+    first request to each (connect) left out."""
+    clients = [_OneAtATime(u) for u in urls]
+    out: dict[str, dict[str, Any]] = {u: {"latencies_ms": [], "errors": 0} for u in urls}
+    for c in clients:  # connect and warm up
+        c.once()
+    deadline = time.monotonic() + duration
+    turn = 0
+    while time.monotonic() < deadline:
+        order = list(range(len(urls)))
+        order = order[turn % len(order):] + order[:turn % len(order)]
+        turn += 1
+        for i in order:
+            try:
+                seconds, ok = clients[i].once()
+            except (OSError, httptools.HttpParserError):
+                clients[i].close()
+                out[urls[i]]["errors"] += 1
+                continue
+            out[urls[i]]["latencies_ms"].append(seconds * 1000)
+            out[urls[i]]["errors"] += not ok
+            time.sleep(pause)
+    for c in clients:
+        c.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["sse", "json"])
-    ap.add_argument("--url", required=True)
+    ap.add_argument("mode", choices=["sse", "json", "alternate"])
+    ap.add_argument("--url", required=True, action="append",
+                    help="the target (alternate: once per target)")
     ap.add_argument("--streams", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--stagger-ms", type=float, default=0.0,
                     help="spread the streams' starts evenly over this window")
     ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--pause-ms", type=float, default=2.0,
+                    help="alternate: the wait after each answer")
     ap.add_argument("--duration", type=float, default=5.0)
     args = ap.parse_args()
     try:
@@ -204,10 +290,12 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    if args.mode == "sse":
-        out = asyncio.run(sse(args.url, args.streams, args.rounds, args.stagger_ms))
+    if args.mode == "alternate":
+        out = alternate(args.url, args.duration, args.pause_ms / 1000)
+    elif args.mode == "sse":
+        out = asyncio.run(sse(args.url[0], args.streams, args.rounds, args.stagger_ms))
     else:
-        out = asyncio.run(json_load(args.url, args.concurrency, args.duration))
+        out = asyncio.run(json_load(args.url[0], args.concurrency, args.duration))
     json.dump(out, sys.stdout)
 
 

@@ -46,6 +46,8 @@ LITELLM_SKIPPED = "skipped: litellm not installed (bench/setup_litellm.sh instal
 WORKERS2 = " x2 workers"
 SPREAD = ", starts spread over "
 JITTER = 0.5
+# Throughput runs and SSE rounds per target, taken in turns; the median is reported.
+ROUNDS = 3
 
 
 def gateway_argv(upstream: str, policy: Path, port: int, admin_port: int,
@@ -159,54 +161,91 @@ def _start_targets(stack: contextlib.ExitStack, mock: Server, with_litellm: bool
 
 
 def latency(targets: dict[str, Server | str], duration: float, raw: dict[str, Any]) -> str:
-    rows, res = [], {}
+    """Concurrency 1, every target in turn (`load.py alternate`): one request to each, round
+    after round, `duration` seconds per target in all."""
+    up = {name: t for name, t in targets.items() if isinstance(t, Server)}
+    urls = [t.url + CHAT for t in up.values()]
+    out = subprocess.run([PY, str(BENCH / "load.py"), "alternate", "--duration",
+                          str(duration * len(urls)), *(a for u in urls for a in ("--url", u))],
+                         capture_output=True, text=True, timeout=duration * len(urls) + 120,
+                         check=True)
+    data: dict[str, dict[str, Any]] = json.loads(out.stdout)
+    res: dict[str, LoadResult] = {}
+    for name, url in zip(up, urls, strict=True):
+        xs = data[url]["latencies_ms"]
+        res[name] = LoadResult(rps=len(xs) / (duration * len(urls)), p50_ms=_q(xs, 50),
+                               p99_ms=_q(xs, 99), requests=len(xs),
+                               errors=data[url]["errors"])
+    rows = []
     for name, t in targets.items():
         if isinstance(t, str):
-            rows.append([name, t, "", "", ""])
+            rows.append([name, t, "", "", "", ""])
             continue
-        drive(t.url, 1, 1)  # warm-up
-        r = res[name] = drive(t.url, 1, duration)
-        d = res["direct"]
+        r, d = res[name], res["direct"]
         rows.append([name, f"{r.p50_ms:.2f}", f"{r.p99_ms:.2f}",
-                     f"{r.p50_ms - d.p50_ms:+.2f}", f"{r.p99_ms - d.p99_ms:+.2f}"
-                     + (f" ({r.errors} errors)" if r.errors else "")])
+                     f"{r.p50_ms - d.p50_ms:+.2f}", f"{r.p99_ms - d.p99_ms:+.2f}",
+                     f"{r.requests}" + (f" ({r.errors} errors)" if r.errors else "")])
         print(f"  latency {name}: p50 {r.p50_ms:.2f} ms p99 {r.p99_ms:.2f} ms", flush=True)
     raw["latency"] = {k: asdict(v) for k, v in res.items()}
-    return report.table(["target", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms"], rows)
+    return report.table(["target", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms",
+                         "requests"], rows)
 
 
 def throughput(targets: dict[str, Server | str], duration: float, raw: dict[str, Any],
                key: str = "throughput") -> str:
+    """Each target at 16 and 64 concurrent, in ROUNDS short runs taken in turns with the
+    other targets' (target after target, round after round), the median run reported: a
+    shared machine's slower minutes then reach every target alike, where one long run per
+    target lets them land on one. `duration` seconds per target and concurrency in all."""
     conc = (16, 64)
-    res: dict[str, dict[int, LoadResult]] = {}
+    up = {name: t for name, t in targets.items() if isinstance(t, Server)}
+    runs: dict[str, dict[int, list[LoadResult]]] = {n: {c: [] for c in conc} for n in up}
+    cpu: dict[str, float] = dict.fromkeys(up, 0.0)
+    for t in up.values():
+        drive(t.url, 16, 1)  # warm-up
+    for _ in range(ROUNDS):
+        for name, t in up.items():
+            for c in conc:
+                cpu0 = t.cpu_seconds()
+                r = drive(t.url, c, duration / ROUNDS)
+                runs[name][c].append(r)
+                if c == conc[-1]:
+                    cpu[name] += t.cpu_seconds() - cpu0
+    res = {n: {c: _median_run(rs) for c, rs in by_c.items()} for n, by_c in runs.items()}
     rows = []
     for name, t in targets.items():
         if isinstance(t, str):
             rows.append([name, t, "", "", "", "", ""])
             continue
-        drive(t.url, 16, 1)  # warm-up
-        res[name] = {}
-        cpu = ""
         for c in conc:
-            cpu0 = t.cpu_seconds()
-            r = res[name][c] = drive(t.url, c, duration)
-            used = t.cpu_seconds() - cpu0
-            print(f"  throughput {name} c={c}: {r.rps:.0f} req/s, {r.errors} errors", flush=True)
-            if c == conc[-1] and r.requests:
-                # The server's own CPU (the mock's, for direct): per request, and in cores.
-                cpu = f"{used / r.requests * 1e6:.0f} µs, {used / duration:.2f} cores"
+            print(f"  throughput {name} c={c}: "
+                  + " / ".join(f"{r.rps:.0f}" for r in runs[name][c])
+                  + f" req/s, median {res[name][c].rps:.0f}", flush=True)
+        served = sum(r.requests for r in runs[name][conc[-1]])
+        # The server's own CPU (the mock's, for direct) at 64: per request, and in cores.
+        cpu_cell = (f"{cpu[name] / served * 1e6:.0f} µs, {cpu[name] / duration:.2f} cores"
+                    if served else "")
         d = res["direct"]
         b = res.get("bare passthrough" + (WORKERS2 if name.endswith(WORKERS2) else ""))
         cells = [name]
         for c in conc:
             cells += [f"{res[name][c].rps:.0f}", _pct(res[name][c].rps, d[c].rps)]
         vs_bare = " / ".join(_pct(res[name][c].rps, b[c].rps) for c in conc) if b else "n/a"
-        errs = sum(res[name][c].errors for c in conc)
-        rows.append([*cells, vs_bare + (f" ({errs} errors)" if errs else ""), cpu])
+        errs = sum(r.errors for c in conc for r in runs[name][c])
+        rows.append([*cells, vs_bare + (f" ({errs} errors)" if errs else ""), cpu_cell])
     raw[key] = {k: {c: asdict(r) for c, r in v.items()} for k, v in res.items()}
+    raw[key + "_runs"] = {k: {c: [r.rps for r in rs] for c, rs in v.items()}
+                          for k, v in runs.items()}
     return report.table(["target", "req/s @16", "vs direct @16", "req/s @64", "vs direct @64",
                          "vs bare (same workers) @16 / @64", "server CPU per request @64"],
                         rows)
+
+
+def _median_run(runs: list[LoadResult]) -> LoadResult:
+    """The run with the median rate (an odd number of runs), errors summed over all."""
+    mid = sorted(runs, key=lambda r: r.rps)[len(runs) // 2]
+    return LoadResult(mid.rps, mid.p50_ms, mid.p99_ms, sum(r.requests for r in runs),
+                      sum(r.errors for r in runs))
 
 
 def _q(xs: list[float], q: int) -> float:
@@ -247,6 +286,27 @@ def _sse_run(name: str, url: str, mock: Server, streams: int, reframes: bool,
             "ttfb_p50_ms": _q(ttfb, 50)}
 
 
+_SSE_TIMES = ("release_delay_p50_ms", "release_delay_p99_ms", "last_byte_delay_p50_ms",
+              "first_byte_after_first_claim_p50_ms", "ttfb_p50_ms")
+
+
+def _combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rounds of one SSE setup as one result: counts summed, each timing the median round's
+    (every round's kept under "rounds")."""
+    out = dict(rounds[0])
+    for k in ("streams", "good", "content_frames_lost", "damaged"):
+        out[k] = sum(r[k] for r in rounds)
+    out["failures"] = [f for r in rounds for f in r["failures"]][:3]
+    for k in _SSE_TIMES:
+        out[k] = statistics.median(r[k] for r in rounds)
+    out["rounds"] = {k: [r[k] for r in rounds] for k in _SSE_TIMES}
+    return out
+
+
+def _each(r: dict[str, Any], key: str) -> str:
+    return ", ".join(f"{x:.1f}" for x in r["rounds"][key])
+
+
 def sse(streams: int, token_interval_ms: float, raw: dict[str, Any]) -> str:
     rows = []
     results = []
@@ -277,8 +337,9 @@ def sse(streams: int, token_interval_ms: float, raw: dict[str, Any]) -> str:
                 srv = setup(stack, mock)
                 target = srv or mock
                 check_answer(target.url, stream=True)
-                r = _sse_run(name, target.url, mock, streams, name.startswith("citewarden"),
-                             stagger)
+                r = _combine([_sse_run(name, target.url, mock, streams,
+                                       name.startswith("citewarden"), stagger)
+                              for _ in range(ROUNDS)])
                 rss = target.peak_rss_kib()
                 r["peak_rss_mib"] = rss / 1024 if rss else None
         except (Unavailable, subprocess.SubprocessError, OSError) as e:
@@ -289,21 +350,25 @@ def sse(streams: int, token_interval_ms: float, raw: dict[str, Any]) -> str:
         print(f"  sse {name}: {r['good']}/{r['streams']} intact, release delay p50 "
               f"{r['release_delay_p50_ms']:.1f} ms, ttfb p50 {r['ttfb_p50_ms']:.1f} ms", flush=True)
         buffered = name.startswith("citewarden buffer")
+        progressive = name.startswith("citewarden progressive")
         rows.append([
             name,
             f"{r['good']}/{r['streams']}"
             + (f" ({r['content_frames_lost']} frames lost)" if r["content_frames_lost"] else ""),
             f"{r['release_delay_p50_ms']:.1f} / {r['release_delay_p99_ms']:.1f}"
+            f" ({_each(r, 'release_delay_p50_ms')})"
             if buffered else "n/a (streams through)",
             f"{r['first_byte_after_first_claim_p50_ms']:+.1f}"
-            if name.startswith("citewarden progressive") else "",
+            f" ({_each(r, 'first_byte_after_first_claim_p50_ms')})"
+            if progressive else "",
             f"{r['last_byte_delay_p50_ms']:.1f}",
             f"{r['ttfb_p50_ms']:.1f}",
             f"{r['peak_rss_mib']:.0f}" if r["peak_rss_mib"] else "n/a",
         ])
     raw["sse"] = results
-    return report.table(["target", "streams intact", "release delay p50 / p99 ms (buffer)",
-                         "first text after first claim p50 ms (progressive)",
+    return report.table(["target", "streams intact (all rounds)",
+                         "release delay p50 / p99 ms (buffer; p50 of each round)",
+                         "first text after first claim p50 ms (progressive; each round)",
                          "upstream last byte to client last byte p50 ms", "TTFB p50 ms",
                          "peak RSS MiB"], rows)
 
@@ -437,7 +502,10 @@ def run(duration: float, streams: int, token_interval_ms: float, with_litellm: b
     nproc = os.cpu_count()
     when = time.strftime("%Y-%m-%d %H:%M %Z")
     text = f"""Machine: {raw['machine']}.
-Generated by `make bench` on {when}; load from {driver}, {duration:.0f} s per cell.
+Generated by `make bench` on {when}. Throughput: {driver}, {duration:.0f} s per target and
+concurrency in {ROUNDS} runs taken in turns with the other targets', the median run shown.
+Latency at concurrency 1: `bench/load.py alternate`, one request to each target in turn
+({duration:.0f} s per target). SSE: {ROUNDS} rounds per setup, the median round shown.
 Mock upstream: 20 ms latency, {len(REQUEST_BODY)} B request carrying the context chunks,
 ~1 KB cited openai-chat answer; SSE paced at one token per {token_interval_ms:.0f} ms.
 Every server is one process (one uvicorn worker) on {nproc} shared cores, except the
@@ -450,6 +518,11 @@ workers to compare it with.
 {targets_table(raw)}
 
 ### Added latency, concurrency 1
+
+One request at a time to each target in turn, the order rotating every round, with a 2 ms
+pause after each answer: every request meets an idle server, and whatever the machine does
+meanwhile reaches every target alike (run one after the other, the targets' medians moved by
+more than the gap being measured). "Requests": per target.
 
 {lat}
 ### Throughput, 20 ms upstream
