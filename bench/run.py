@@ -350,7 +350,7 @@ def sse(streams: int, token_interval_ms: float, raw: dict[str, Any]) -> str:
         print(f"  sse {name}: {r['good']}/{r['streams']} intact, release delay p50 "
               f"{r['release_delay_p50_ms']:.1f} ms, ttfb p50 {r['ttfb_p50_ms']:.1f} ms", flush=True)
         buffered = name.startswith("citewarden buffer")
-        progressive = name.startswith("citewarden progressive")
+        streams_through = name.startswith("citewarden progressive")
         rows.append([
             name,
             f"{r['good']}/{r['streams']}"
@@ -360,7 +360,7 @@ def sse(streams: int, token_interval_ms: float, raw: dict[str, Any]) -> str:
             if buffered else "n/a (streams through)",
             f"{r['first_byte_after_first_claim_p50_ms']:+.1f}"
             f" ({_each(r, 'first_byte_after_first_claim_p50_ms')})"
-            if progressive else "",
+            if streams_through else "",
             f"{r['last_byte_delay_p50_ms']:.1f}",
             f"{r['ttfb_p50_ms']:.1f}",
             f"{r['peak_rss_mib']:.0f}" if r["peak_rss_mib"] else "n/a",
