@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from gateway import audit, retry
+from gateway.deferred import Deferred
 from gateway.errors import BodyTooLarge, ProtocolError, UpstreamError
 from gateway.metrics import Metrics
 from gateway.pipeline import Judgement, KnownVerdicts, Pipelines, RoutePipeline, dumps
@@ -72,6 +73,8 @@ class ProxyApp:
         self.pipelines = Pipelines()
         # Under load, a few answers start verifying per loop iteration; new requests go between.
         self.turns = Turns()
+        # Metrics and audit lines, recorded just after the answers they account for are out.
+        self.deferred = Deferred()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -86,6 +89,7 @@ class ProxyApp:
                 if message["type"] == "lifespan.startup":
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
+                    self.deferred.flush()
                     await self.upstream.aclose()
                     await send({"type": "lifespan.shutdown.complete"})
                     return
@@ -476,7 +480,9 @@ class _Exchange:
                 rendered.status, rendered.body, content_type, extra, decision=decision
             )
             served = outcome.decision in (Decision.RELEASED, Decision.PARTIAL)
-        self.app.metrics.observe_tokens(self.route_label, served, answer.usage)
+        self.app.deferred.call(
+            self.app.metrics.observe_tokens, self.route_label, served, answer.usage
+        )
         self._account(pipeline, decision, judgement, verify_seconds, shadow=shadow)
 
     async def _progressive(
@@ -513,7 +519,9 @@ class _Exchange:
             self.upstream_seconds += time.perf_counter() - t0
             await self.body(out)
         if release.judgement is not None:
-            self.app.metrics.observe_tokens(self.route_label, release.served, release.usage)
+            self.app.deferred.call(
+                self.app.metrics.observe_tokens, self.route_label, release.served, release.usage
+            )
         self._account(
             pipeline,
             release.decision,
@@ -525,8 +533,12 @@ class _Exchange:
     # -- accounting --------------------------------------------------------------------------
 
     def _account_unverified(self, decision: str, reason: str | None = None) -> None:
-        """Passthrough and refused requests: counted and audited, never verified."""
-        total = time.perf_counter() - self.started
+        """Passthrough and refused requests: counted and audited, never verified. Recorded a
+        moment later, with this moment's timings (gateway/deferred.py)."""
+        self.app.deferred.call(self._record_unverified, decision, reason, time.perf_counter())
+
+    def _record_unverified(self, decision: str, reason: str | None, now: float) -> None:
+        total = now - self.started
         first = None if self.first_byte is None else self.first_byte - self.started
         self.app.metrics.observe_request(self.route_label, decision, False, total, first)
         if self.upstream_seconds:
@@ -550,7 +562,29 @@ class _Exchange:
         shadow: bool = False,
         reason: str | None = None,
     ) -> None:
-        now = time.perf_counter()
+        """Metrics and the audit line of a verified route's exchange, recorded a moment later
+        with this moment's timings (gateway/deferred.py)."""
+        self.app.deferred.call(
+            self._record,
+            pipeline,
+            decision,
+            judgement,
+            verify_seconds,
+            shadow,
+            reason,
+            time.perf_counter(),
+        )
+
+    def _record(
+        self,
+        pipeline: RoutePipeline,
+        decision: str,
+        judgement: Judgement | None,
+        verify_seconds: float | None,
+        shadow: bool,
+        reason: str | None,
+        now: float,
+    ) -> None:
         total = now - self.started
         first = (self.first_byte - self.started) if self.first_byte is not None else total
         m = self.app.metrics
