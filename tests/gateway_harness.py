@@ -6,10 +6,14 @@ Both sides are uvicorn servers on 127.0.0.1; clients are real SDKs or httpx.
 from __future__ import annotations
 
 import contextlib
+import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
+from gateway.audit import configure_logging, reset_logging
 from gateway.metrics import Metrics
 from gateway.policy import PolicyStore
 from gateway.server import Settings, build
@@ -103,5 +107,16 @@ def run_gateway(
         max_response_bytes=max_response_bytes,
     )
     proxy, admin, store, metrics = build(settings)
-    with serve(proxy, lifespan="on") as url, serve(admin) as admin_url:  # type: ignore[arg-type]
-        yield Gateway(url, admin_url, metrics, store)
+    # The gateway writes an exchange's audit line about a millisecond after its answer
+    # (gateway/deferred.py), from its own thread and often after the test has its response;
+    # with structlog's defaults that line would reach the terminal between tests. A test that
+    # reads the log has configured its own stream, which is left alone.
+    quiet = not structlog.is_configured()
+    if quiet:
+        configure_logging(stream=io.StringIO())
+    try:
+        with serve(proxy, lifespan="on") as url, serve(admin) as admin_url:  # type: ignore[arg-type]
+            yield Gateway(url, admin_url, metrics, store)
+    finally:
+        if quiet:
+            reset_logging()
