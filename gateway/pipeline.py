@@ -132,7 +132,7 @@ class RoutePipeline:
                     reused[c.index] = hit if hit.claim is c else dataclasses.replace(hit, claim=c)
             fresh = iter(self.verifier.verify_claims(unchecked, ctx))
             verdicts = [reused.get(c.index) or next(fresh) for c in claims]
-        report = Report(tuple(verdicts), ctx.fingerprint, time.perf_counter() - t0)
+        report = Report(tuple(verdicts), ctx, time.perf_counter() - t0)
         return Judgement(claims, report, decide(report, self.policy.release))
 
     def _streamed_claims_hold(self, answer: Answer, primary: int, text: str | None) -> bool:
@@ -178,7 +178,7 @@ class RoutePipeline:
         try:
             return self.judge(answer, ctx, known, streamed_text)
         except Exception:
-            report = Report(claims=(), context_fingerprint=ctx.fingerprint)
+            report = Report(claims=(), context=ctx)
             return Judgement([], report, self.infrastructure_outcome("verifier_crash"))
 
     def infrastructure_outcome(self, reason: str) -> Outcome:

@@ -351,7 +351,7 @@ class ProgressiveRelease:
         if self.judgement is not None or self.outcome is None:
             return self.judgement
         reports = tuple(self.verifier.known.values())
-        report = Report(reports, self.ctx.fingerprint, self.verify_seconds)
+        report = Report(reports, self.ctx, self.verify_seconds)
         return Judgement([r.claim for r in reports], report, self.outcome)
 
     # -- input -------------------------------------------------------------------------------

@@ -292,8 +292,15 @@ class Report:
     """Verification of a whole answer."""
 
     claims: tuple[ClaimReport, ...]
-    context_fingerprint: str
+    # The context the claims were checked against, or its fingerprint. Only the audit line
+    # reads the fingerprint, after the answer has left, so it is not hashed on the way out.
+    context: ContextSet | str
     seconds: float = 0.0
+
+    @property
+    def context_fingerprint(self) -> str:
+        c = self.context
+        return c if isinstance(c, str) else c.fingerprint
 
     @property
     def first_problem(self) -> ClaimReport | None:

@@ -180,7 +180,7 @@ class Verifier:
     def verify(self, answer: Answer, ctx: ContextSet) -> Report:
         t0 = time.perf_counter()
         reports = self.verify_claims(self.claims(answer), ctx)
-        return Report(tuple(reports), ctx.fingerprint, time.perf_counter() - t0)
+        return Report(tuple(reports), ctx, time.perf_counter() - t0)
 
     def verify_claims(self, claims: Sequence[Claim], ctx: ContextSet) -> list[ClaimReport]:
         """Sync verification; an async check in the policy cannot run here and is an error."""
@@ -196,7 +196,7 @@ class Verifier:
     async def averify(self, answer: Answer, ctx: ContextSet, deadline_s: float) -> Report:
         t0 = time.perf_counter()
         reports = await self.averify_claims(self.claims(answer), ctx, deadline_s)
-        return Report(tuple(reports), ctx.fingerprint, time.perf_counter() - t0)
+        return Report(tuple(reports), ctx, time.perf_counter() - t0)
 
     async def averify_claims(
         self, claims: Sequence[Claim], ctx: ContextSet, deadline_s: float

@@ -39,7 +39,7 @@ def blocked_report() -> tuple[Report, Outcome]:
                 detail="id not in context",
             ),
         ),
-        context_fingerprint="ab" * 32,
+        context="ab" * 32,
         seconds=0.00042,
     )
     return report, Outcome(Decision.BLOCKED, reason="hallucinated_citation", claim_index=1)

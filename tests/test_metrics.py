@@ -38,7 +38,7 @@ def m() -> Metrics:
 
 def test_exposed_names_types_and_labels(m: Metrics) -> None:
     m.observe_verification(
-        "chat", Report(claims=(claim_report(0, "verified"),), context_fingerprint="x")
+        "chat", Report(claims=(claim_report(0, "verified"),), context="x")
     )
     m.observe_request("chat", Decision.RELEASED, False, 0.01, 0.005)
     m.observe_upstream("chat", 0.2)
@@ -52,7 +52,7 @@ def test_exposed_names_types_and_labels(m: Metrics) -> None:
                 claim_report(0, "failed", reason="missing_citation", check="missing_citation"),
                 claim_report(1, "errored", check="support", error_kind="timeout"),
             ),
-            context_fingerprint="x",
+            context="x",
         ),
     )
     m.policy_reloaded("success")
@@ -101,7 +101,7 @@ def test_verification_counts_claims_reasons_errors_and_time(m: Metrics) -> None:
             claim_report(5, "failed", reason="number_mismatch", check="number_mismatch"),
             claim_report(6, "errored", check="support", error_kind="timeout"),
         ),
-        context_fingerprint="f",
+        context="f",
         seconds=0.0003,
     )
     m.observe_verification("kb", report)
@@ -127,7 +127,7 @@ def test_verification_counts_claims_reasons_errors_and_time(m: Metrics) -> None:
 
 
 def test_buckets_span_the_documented_ranges(m: Metrics) -> None:
-    m.observe_verification("r", Report(claims=(), context_fingerprint="f"))
+    m.observe_verification("r", Report(claims=(), context="f"))
     m.observe_upstream("r", 1.0)
     s = scrape(m)
     vb = {dict(k[1])["le"] for k in s if k[0] == "citewarden_verification_seconds_bucket"}

@@ -146,7 +146,7 @@ def test_render_gives_sdk_valid_bodies_that_round_trip_as_streams(
 ) -> None:
     adapter = ADAPTERS[protocol]
     answer = parse_json(protocol, name)
-    report = Report(claims=(), context_fingerprint="x")
+    report = Report(claims=(), context="x")
     body = adapter.render(answer, [], outcome, report, POLICY)
     validate(protocol, body)
     again = adapter.parse(body, ROUTES[protocol])

@@ -13,7 +13,7 @@ from gateway.protocols.base import rebuild_text
 from gateway.types import Citation, Claim, Decision, Outcome, Report
 from tests.test_protocol_helpers import POLICY, claims_for, parse_json
 
-REPORT = Report(claims=(), context_fingerprint="x")
+REPORT = Report(claims=(), context="x")
 DISCLOSURE = POLICY.release.templates.partial
 
 

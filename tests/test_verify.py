@@ -58,6 +58,27 @@ def test_all_verified() -> None:
     assert report.seconds >= 0
 
 
+def test_the_context_is_hashed_only_when_the_fingerprint_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the audit line needs the fingerprint, and it is written after the answer left."""
+    import gateway.types
+
+    hashed: list[int] = []
+    real = gateway.types._fingerprint
+
+    def counting(chunks: Sequence[Chunk]) -> str:
+        hashed.append(len(chunks))
+        return real(chunks)
+
+    monkeypatch.setattr(gateway.types, "_fingerprint", counting)
+    ctx = ContextSet()
+    ctx.extend(CTX.chunks.values())
+    report = Verifier(make_policy()).verify(answer("It runs on wind [b:2]."), ctx)
+    assert report.all_verified and hashed == []
+    assert report.context_fingerprint == real(tuple(CTX.chunks.values()))
+    assert report.context_fingerprint == ctx.fingerprint and hashed == [2]
+
 def test_first_failure_in_policy_order_decides() -> None:
     text = "It opened in 2020 [z:9]."  # hallucinated id and a wrong number
     r1 = Verifier(make_policy()).verify(answer(text), CTX).claims[0]
