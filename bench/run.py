@@ -347,10 +347,14 @@ def sse(streams: int, token_interval_ms: float, raw: dict[str, Any]) -> str:
             print(f"  sse {name}: unavailable: {e}", flush=True)
             continue
         results.append(r)
-        print(f"  sse {name}: {r['good']}/{r['streams']} intact, release delay p50 "
-              f"{r['release_delay_p50_ms']:.1f} ms, ttfb p50 {r['ttfb_p50_ms']:.1f} ms", flush=True)
         buffered = name.startswith("citewarden buffer")
         streams_through = name.startswith("citewarden progressive")
+        # A release delay is a buffered target's figure: a stream that flows through has sent
+        # its first byte long before the upstream's last.
+        held = (f"release delay p50 {r['release_delay_p50_ms']:.1f} ms" if buffered else
+                f"last byte after upstream's p50 {r['last_byte_delay_p50_ms']:.1f} ms")
+        print(f"  sse {name}: {r['good']}/{r['streams']} intact, {held}, "
+              f"ttfb p50 {r['ttfb_p50_ms']:.1f} ms", flush=True)
         rows.append([
             name,
             f"{r['good']}/{r['streams']}"
