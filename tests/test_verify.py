@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import gateway.types
 from gateway.checks.base import ClaimFacts, FactsCheck, run_safely
 from gateway.checks.ids import MissingCitation, StaleSource
 from gateway.policy import Policy
@@ -62,8 +63,6 @@ def test_the_context_is_hashed_only_when_the_fingerprint_is_read(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Only the audit line needs the fingerprint, and it is written after the answer left."""
-    import gateway.types
-
     hashed: list[int] = []
     real = gateway.types._fingerprint
 
@@ -78,6 +77,7 @@ def test_the_context_is_hashed_only_when_the_fingerprint_is_read(
     assert report.all_verified and hashed == []
     assert report.context_fingerprint == real(tuple(CTX.chunks.values()))
     assert report.context_fingerprint == ctx.fingerprint and hashed == [2]
+
 
 def test_first_failure_in_policy_order_decides() -> None:
     text = "It opened in 2020 [z:9]."  # hallucinated id and a wrong number
