@@ -16,6 +16,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from gateway.claims import Segment
 from gateway.errors import ProtocolError
 from gateway.pipeline import Judgement, RoutePipeline
@@ -38,6 +40,19 @@ Json = dict[str, Any]
 
 OPENAI_PRIMARY = channel_key(("choices", 0, "message", "content"))
 ANTHROPIC_PRIMARY = channel_key(("content",))
+
+
+def _json_event(data: Json, event: str | None = None) -> bytes:
+    """One SSE event carrying `data` as compact JSON, framed as `sse.encode` would: serialised
+    JSON holds no line break, so it is one `data:` line. orjson, because every released claim
+    is framed here; an integer beyond 64 bits (only an upstream's own fields could hold one)
+    falls back to the standard library."""
+    try:
+        payload = orjson.dumps(data)
+    except orjson.JSONEncodeError:
+        payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    head = b"event: " + event.encode() + b"\n" if event is not None else b""
+    return head + b"data: " + payload + b"\n\n"
 
 
 class _OpenAIFramer:
@@ -74,7 +89,7 @@ class _OpenAIFramer:
         }
         if self.include_usage:
             chunk["usage"] = None
-        return encode(SSEEvent(data=json.dumps(chunk, ensure_ascii=False)))
+        return _json_event(chunk)
 
     def opening(self) -> bytes:
         if self.role_sent:
@@ -141,7 +156,7 @@ class _AnthropicFramer:
 
     @staticmethod
     def _ev(data: Json) -> bytes:
-        return encode(SSEEvent(data=json.dumps(data, ensure_ascii=False), event=str(data["type"])))
+        return _json_event(data, str(data["type"]))
 
     def opening(self) -> bytes:
         if self.opened:

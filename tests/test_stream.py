@@ -101,6 +101,28 @@ def test_progressive_release_emits_verified_claims_before_the_stream_ends(tmp_pa
     assert release.decision == "partial"
 
 
+def test_progressive_frames_keep_an_upstream_integer_beyond_64_bits(tmp_path: Path) -> None:
+    # Released frames are serialised with orjson, which refuses such integers; the upstream's
+    # own head fields (here `created`) may still carry one, and the frame must keep it.
+    pipeline = _pipeline(tmp_path, "openai-chat", on_unverified="strip", streaming="progressive")
+    release = ProgressiveRelease(pipeline, CTX, "req-1", include_usage=False)
+    events = []
+    for ev in _events(openai_sse(TEXT, chunk_size=5)):
+        if ev.data != "[DONE]":
+            chunk = json.loads(ev.data)
+            chunk["created"] = 2**70
+            ev = SSEEvent(data=json.dumps(chunk))
+        events.append(ev)
+    out = release.feed(events) + release.finish()
+    released = [json.loads(ev.data) for ev in _events([out]) if ev.data != "[DONE]"]
+    assert released and all(chunk["created"] == 2**70 for chunk in released)
+    text = "".join(
+        c["delta"].get("content") or "" for chunk in released for c in chunk["choices"]
+    )
+    assert text.startswith("The pump moves 40 litres per minute [a:1].")
+    assert release.decision == "partial"
+
+
 def test_progressive_release_blocks_with_an_error_event(tmp_path: Path) -> None:
     pipeline = _pipeline(tmp_path, "anthropic-messages", streaming="progressive")
     release = ProgressiveRelease(pipeline, CTX, "req-2", include_usage=False)
