@@ -10,7 +10,7 @@ import codecs
 import re
 from dataclasses import dataclass
 
-__all__ = ["SSEDecoder", "SSEEvent", "encode"]
+__all__ = ["SSEDecoder", "SSEEvent", "encode", "encode_data"]
 
 _EOL = re.compile(r"\r\n|\r|\n")
 
@@ -187,3 +187,13 @@ def encode(event: SSEEvent) -> bytes:
         out.append(f"data: {line}\n")
     out.append("\n")
     return "".join(out).encode()
+
+
+def encode_data(data: bytes, event: str | None = None) -> bytes:
+    """`encode(SSEEvent(data.decode(), event))`, without building the event: for a payload
+    already in bytes, such as serialised JSON, which holds no line break and is one `data:`
+    line. A payload with a line break is framed by `encode`."""
+    if b"\n" in data or b"\r" in data:
+        return encode(SSEEvent(data=data.decode(), event=event))
+    head = b"event: " + event.encode() + b"\n" if event is not None else b""
+    return head + b"data: " + data + b"\n\n"

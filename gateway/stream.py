@@ -24,7 +24,7 @@ from gateway.pipeline import Judgement, RoutePipeline
 from gateway.protocols.anthropic_messages import native_citation
 from gateway.protocols.base import channel_key
 from gateway.release import template_text
-from gateway.sse import SSEEvent, encode
+from gateway.sse import SSEEvent, encode, encode_data
 from gateway.types import (
     Answer,
     Citation,
@@ -43,16 +43,14 @@ ANTHROPIC_PRIMARY = channel_key(("content",))
 
 
 def _json_event(data: Json, event: str | None = None) -> bytes:
-    """One SSE event carrying `data` as compact JSON, framed as `sse.encode` would: serialised
-    JSON holds no line break, so it is one `data:` line. orjson, because every released claim
-    is framed here; an integer beyond 64 bits (only an upstream's own fields could hold one)
+    """One SSE event carrying `data` as compact JSON. orjson, because every released claim is
+    framed here; an integer beyond 64 bits (only an upstream's own fields could hold one)
     falls back to the standard library."""
     try:
         payload = orjson.dumps(data)
     except orjson.JSONEncodeError:
         payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
-    head = b"event: " + event.encode() + b"\n" if event is not None else b""
-    return head + b"data: " + payload + b"\n\n"
+    return encode_data(payload, event)
 
 
 class _OpenAIFramer:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.sse import SSEDecoder, SSEEvent, encode
+from gateway.sse import SSEDecoder, SSEEvent, encode, encode_data
 
 
 def decode_all(pieces: list[bytes]) -> list[SSEEvent]:
@@ -165,3 +165,13 @@ def test_whole_events_per_chunk() -> None:
         SSEEvent(data="g"),
         SSEEvent(data="h", retry=5),
     ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.text(alphabet=st.characters(codec="utf-8"), max_size=40),
+    event=st.none() | st.sampled_from(["message_start", "content_block_delta", "error"]),
+)
+def test_encode_data_frames_bytes_as_encode_frames_the_event(data: str, event: str | None) -> None:
+    # Line breaks included: such a payload must still come out as encode's several data lines.
+    assert encode_data(data.encode(), event) == encode(SSEEvent(data=data, event=event))
