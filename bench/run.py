@@ -45,6 +45,7 @@ LITELLM_SKIPPED = "skipped: litellm not installed (bench/setup_litellm.sh instal
 # next to one worker, against a bare passthrough given the same two workers.
 WORKERS2 = " x2 workers"
 SPREAD = ", starts spread over "
+BARE_BUFFERED = "bare passthrough, buffered"
 JITTER = 0.5
 # Throughput runs and SSE rounds per target, taken in turns; the median is reported.
 ROUNDS = 3
@@ -59,10 +60,11 @@ def gateway_argv(upstream: str, policy: Path, port: int, admin_port: int,
             *(["--workers", str(workers)] if workers > 1 else [])]
 
 
-def start_bare(stack: contextlib.ExitStack, upstream: str, workers: int = 1) -> Server:
+def start_bare(stack: contextlib.ExitStack, upstream: str, workers: int = 1,
+               buffer_streams: bool = False) -> Server:
     port = common.free_port()
     argv = [PY, str(BENCH / "bare_proxy.py"), "--upstream", upstream, "--port", str(port),
-            "--workers", str(workers)]
+            "--workers", str(workers), *(["--buffer-streams"] if buffer_streams else [])]
     return stack.enter_context(common.server("bare", argv, port))
 
 
@@ -316,12 +318,17 @@ def sse(streams: int, token_interval_ms: float, raw: dict[str, Any]) -> str:
     setups: list[tuple[str, Setup, float]] = [
         ("direct", lambda st, m: None, 0.0),
         ("bare passthrough", lambda st, m: start_bare(st, m.url), 0.0),
+        # Holds each stream whole, as buffer mode does, with no parsing or verification: the
+        # release delay any buffering proxy on this stack starts from.
+        (BARE_BUFFERED, lambda st, m: start_bare(st, m.url, buffer_streams=True), 0.0),
         ("citewarden buffer", lambda st, m: start_gateway(st, m.url, buffer), 0.0),
         ("citewarden progressive", lambda st, m: start_gateway(st, m.url, progressive), 0.0),
         # Real clients do not open 128 streams in the same instant: the same load with the
         # starts spread evenly over one token interval.
         ("direct" + spread, lambda st, m: None, token_interval_ms),
         ("bare passthrough" + spread, lambda st, m: start_bare(st, m.url), token_interval_ms),
+        (BARE_BUFFERED + spread, lambda st, m: start_bare(st, m.url, buffer_streams=True),
+         token_interval_ms),
         ("citewarden buffer" + spread, lambda st, m: start_gateway(st, m.url, buffer),
          token_interval_ms),
         ("citewarden progressive" + spread,
@@ -347,7 +354,7 @@ def sse(streams: int, token_interval_ms: float, raw: dict[str, Any]) -> str:
             print(f"  sse {name}: unavailable: {e}", flush=True)
             continue
         results.append(r)
-        buffered = name.startswith("citewarden buffer")
+        buffered = name.startswith(("citewarden buffer", BARE_BUFFERED))
         streams_through = name.startswith("citewarden progressive")
         # A release delay is a buffered target's figure: a stream that flows through has sent
         # its first byte long before the upstream's last.
@@ -450,6 +457,11 @@ def targets_table(raw: dict[str, Any]) -> str:
                          f" passthrough{label}", "(no goal)",
                          f"{direct['last_byte_delay_p50_ms']:.1f} / "
                          f"{bare['last_byte_delay_p50_ms']:.1f}", ""])
+        held = base_by.get(BARE_BUFFERED + same)
+        if buf and held:
+            rows.append([f"  context: release delay p50 of the bare passthrough holding each"
+                         f" stream whole{label}", "(no goal)",
+                         f"{held['release_delay_p50_ms']:.1f}", ""])
         add("progressive first text after first claim p50" + label, "<= +2 ms",
             prog["first_byte_after_first_claim_p50_ms"] if prog else None,
             lambda x: x <= 2.0, "+.1f")
@@ -543,7 +555,9 @@ closed-loop requests return in lock-step waves that queue on any CPU-bound proxy
 
 "Streams intact": status 200, every content delta present and in order, clean `[DONE]`.
 Release delay: upstream's last byte to the client's first byte (buffer mode holds everything
-until the decision). Progressive: the client's first content text minus the moment the upstream
+until the decision; "bare passthrough, buffered" holds each stream until the upstream's answer
+ends and sends it whole, without parsing or verifying it: the floor of a buffered release on
+this stack). Progressive: the client's first content text minus the moment the upstream
 completed the first claim (sent the token after it). Frames lost are counted where framing
 passes through unchanged; citewarden re-frames, so its streams are compared by text.
 
