@@ -279,17 +279,20 @@ def _sse_run(name: str, url: str, mock: Server, streams: int, reframes: bool,
     after_claim = [(s["first_content"] - times[s["rid"]][0]) * 1000 for s in ss
                    if s["rid"] in times and s["first_content"]]
     ttfb = [(s["first_byte"] - s["start"]) * 1000 for s in ss if s["first_byte"]]
+    # How bunched the streams' ends came: a buffering proxy releases them one after another,
+    # so the closer together the upstream's last bytes, the longer the queue (benchmarks.md).
+    ends = [times[s["rid"]][1] * 1000 for s in ss if s["rid"] in times]
     return {"name": name, "streams": len(ss) + len(data["failures"]), "good": len(good),
             "failures": data["failures"][:3], "content_frames_lost": lost,
             "damaged": len(ss) - len(good),
             "release_delay_p50_ms": _q(release, 50), "release_delay_p99_ms": _q(release, 99),
             "last_byte_delay_p50_ms": _q(last_byte, 50),
             "first_byte_after_first_claim_p50_ms": _q(after_claim, 50),
-            "ttfb_p50_ms": _q(ttfb, 50)}
+            "ttfb_p50_ms": _q(ttfb, 50), "upstream_ends_p10_p90_ms": _q(ends, 90) - _q(ends, 10)}
 
 
 _SSE_TIMES = ("release_delay_p50_ms", "release_delay_p99_ms", "last_byte_delay_p50_ms",
-              "first_byte_after_first_claim_p50_ms", "ttfb_p50_ms")
+              "first_byte_after_first_claim_p50_ms", "ttfb_p50_ms", "upstream_ends_p10_p90_ms")
 
 
 def _combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -369,6 +372,7 @@ def sse(streams: int, token_interval_ms: float, raw: dict[str, Any]) -> str:
             f"{r['release_delay_p50_ms']:.1f} / {r['release_delay_p99_ms']:.1f}"
             f" ({_each(r, 'release_delay_p50_ms')})"
             if buffered else "n/a (streams through)",
+            _each(r, "upstream_ends_p10_p90_ms") if buffered else "",
             f"{r['first_byte_after_first_claim_p50_ms']:+.1f}"
             f" ({_each(r, 'first_byte_after_first_claim_p50_ms')})"
             if streams_through else "",
@@ -379,6 +383,7 @@ def sse(streams: int, token_interval_ms: float, raw: dict[str, Any]) -> str:
     raw["sse"] = results
     return report.table(["target", "streams intact (all rounds)",
                          "release delay p50 / p99 ms (buffer; p50 of each round)",
+                         "upstream's last bytes, p10-p90 spread ms (each round)",
                          "first text after first claim p50 ms (progressive; each round)",
                          "upstream last byte to client last byte p50 ms", "TTFB p50 ms",
                          "peak RSS MiB"], rows)
@@ -560,6 +565,9 @@ ends and sends it whole, without parsing or verifying it: the floor of a buffere
 this stack). Progressive: the client's first content text minus the moment the upstream
 completed the first claim (sent the token after it). Frames lost are counted where framing
 passes through unchanged; citewarden re-frames, so its streams are compared by text.
+Spread: how far apart the upstream's last bytes fell within each round (p10 to p90); a
+buffering proxy releases streams one after another, so the more bunched their ends, the longer
+the wait (docs/benchmarks.md, "Where citewarden stands").
 
 {sse_table}
 ### Verification alone
