@@ -7,6 +7,7 @@ so both decide exactly alike. Pure apart from the optional async checks.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -61,8 +62,13 @@ class Rendered:
 
 
 def dumps(obj: object) -> bytes:
-    """Compact UTF-8 JSON, as the gateway writes every body it renders."""
-    return orjson.dumps(obj)
+    """Compact UTF-8 JSON, as the gateway writes every body it renders. An integer beyond 64
+    bits, which orjson refuses and only an upstream's own fields could hold (stream events are
+    parsed by the standard library), falls back to the standard library."""
+    try:
+        return orjson.dumps(obj)
+    except orjson.JSONEncodeError:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 class RoutePipeline:

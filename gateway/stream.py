@@ -16,11 +16,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from gateway.claims import Segment
 from gateway.errors import ProtocolError
-from gateway.pipeline import Judgement, RoutePipeline
+from gateway.pipeline import Judgement, RoutePipeline, dumps
 from gateway.protocols.anthropic_messages import native_citation
 from gateway.protocols.base import channel_key
 from gateway.release import template_text
@@ -43,14 +41,8 @@ ANTHROPIC_PRIMARY = channel_key(("content",))
 
 
 def _json_event(data: Json, event: str | None = None) -> bytes:
-    """One SSE event carrying `data` as compact JSON. orjson, because every released claim is
-    framed here; an integer beyond 64 bits (only an upstream's own fields could hold one)
-    falls back to the standard library."""
-    try:
-        payload = orjson.dumps(data)
-    except orjson.JSONEncodeError:
-        payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
-    return encode_data(payload, event)
+    """One SSE event carrying `data` as compact JSON, as the gateway writes every body."""
+    return encode_data(dumps(data), event)
 
 
 class _OpenAIFramer:
