@@ -4,6 +4,13 @@ Sources (DESIGN §3): the forwarded request (chunk tags or a policy regex; Anthr
 and `search_result` blocks), a rag-json response's context list, and the upstream's
 `x-citewarden-context` / `x-citewarden-context-ids` response headers.
 
+In the request, only trusted places count (`context.trust`, docs/protocols.md lists them per
+protocol): chunk tags in `system` / `developer` messages and tool results, structured document
+blocks of non-assistant turns. Chunk tags a `user` could have typed are not context, and
+assistant turns are not read at all. With `context.signing` a chunk tag counts only when it
+carries a valid `sig` (HMAC-SHA256, see `chunk_signature`), from any non-assistant place.
+What was refused is counted in `ContextSet.rejected` by a reason of REJECT_REASONS.
+
 Anthropic documents and search results go to `ContextSet.documents` / `.search_results` for
 native citations; they are not turned into citable chunk ids (a native citation names its
 document by index, and a made-up id such as a title would let a text marker "match" a
@@ -15,9 +22,12 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import hashlib
+import hmac
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from gateway import jsonpointer
 from gateway.errors import ProtocolError
@@ -27,8 +37,12 @@ from gateway.types import Chunk, ContextSet, Document
 __all__ = [
     "CONTEXT_HEADER",
     "CONTEXT_IDS_HEADER",
+    "DEFAULT_TRUST",
+    "REJECT_REASONS",
+    "Trust",
     "anthropic_request_context",
     "build_context",
+    "chunk_signature",
     "chunks_in_text",
     "compile_chunk_pattern",
     "generic_request_context",
@@ -36,18 +50,64 @@ __all__ = [
     "openai_request_context",
     "request_context",
     "response_chunks",
+    "sign_chunk",
+    "trust_of",
 ]
 
 CONTEXT_HEADER = "x-citewarden-context"
 CONTEXT_IDS_HEADER = "x-citewarden-context-ids"
+
+# Why a chunk tag or document block of the request is not context (the `why` metric label).
+UNTRUSTED_ROLE = "untrusted_role"  # a chunk tag in a place `context.trust.roles` leaves out
+UNTRUSTED_DOCUMENT = "untrusted_document"  # a document block with `trust.documents: false`
+UNSIGNED = "unsigned"  # with `context.signing`: a chunk tag without `sig`
+BAD_SIGNATURE = "bad_signature"  # with `context.signing`: a `sig` that does not verify
+REJECT_REASONS = (UNTRUSTED_ROLE, UNTRUSTED_DOCUMENT, UNSIGNED, BAD_SIGNATURE)
 
 _TAG = re.compile(r"<chunk\b(?P<attrs>[^>]*)>(?P<text>.*?)</chunk\s*>", re.S | re.I)
 _ATTR = re.compile(r"""([A-Za-z_][\w:.-]*)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 _ENTITY = re.compile(r"&(lt|gt|amp|quot|apos|#39);")
 _ENTITIES = {"lt": "<", "gt": ">", "amp": "&", "quot": '"', "apos": "'", "#39": "'"}
 
-# Roles whose message text is trusted input; assistant turns are earlier model output.
-_OPENAI_ROLES = frozenset({"system", "developer", "user", "tool", "function"})
+# The separator of the signed fields; never part of a signed id or version.
+_SEP = "\x1f"
+
+
+@dataclass(frozen=True, slots=True)
+class Trust:
+    """Where chunk tags count (`context.trust` and `context.signing`, resolved at load).
+
+    `roles` are the trusted roles of DESIGN §3 ("tool" = OpenAI `tool` / `function` messages
+    and Anthropic `tool_result` blocks); `documents` trusts Anthropic document / search_result
+    blocks of non-assistant turns; with a signing `key`, only signed chunk tags count, from any
+    non-assistant place, and `roles` is not consulted.
+    """
+
+    roles: frozenset[str] = frozenset({"system", "developer", "tool"})
+    documents: bool = True
+    key: bytes | None = None
+
+
+DEFAULT_TRUST = Trust()
+
+# Each policy's ContextSpec is resolved once; keyed by identity (specs are immutable).
+_TRUST_BY_SPEC: dict[int, tuple[ContextSpec, Trust]] = {}
+
+
+def trust_of(spec: ContextSpec) -> Trust:
+    """The Trust of a policy's `context:` section."""
+    got = _TRUST_BY_SPEC.get(id(spec))
+    if got is not None and got[0] is spec:
+        return got[1]
+    trust = Trust(
+        roles=frozenset(spec.trust.roles),
+        documents=spec.trust.documents,
+        key=spec.signing.key if spec.signing is not None else None,
+    )
+    if len(_TRUST_BY_SPEC) >= 256:  # reloads retire specs; keep the map bounded
+        _TRUST_BY_SPEC.clear()
+    _TRUST_BY_SPEC[id(spec)] = (spec, trust)
+    return trust
 
 
 def _unescape(s: str) -> str:
@@ -55,47 +115,94 @@ def _unescape(s: str) -> str:
     return _ENTITY.sub(lambda m: _ENTITIES[m.group(1)], s)
 
 
-@functools.lru_cache(maxsize=64)
-def _compile(pattern: str) -> re.Pattern[str]:
-    rx = re.compile(pattern, re.S)
-    missing = {"id", "text"} - set(rx.groupindex)
-    if missing:
-        raise ValueError(f"chunk_pattern needs named groups {sorted(missing)}")
-    return rx
-
-
 def compile_chunk_pattern(spec: ContextSpec) -> re.Pattern[str] | None:
-    """The policy's chunk regex, compiled once (None = the default `<chunk>` tags)."""
-    return _compile(spec.chunk_pattern) if spec.chunk_pattern else None
+    """The policy's chunk regex, compiled once at policy load (None = the default tags)."""
+    return spec.chunk_re
 
+
+# -- signing -----------------------------------------------------------------------------------
+
+
+def _key_bytes(key: bytes | str) -> bytes:
+    return key.encode("utf-8") if isinstance(key, str) else key
+
+
+def chunk_signature(key: bytes | str, id: str, version: str | None, raw_text: str) -> str:
+    """Lowercase hex HMAC-SHA256 under `key` of `id`, `version` ("" when absent) and the tag's
+    raw text (as it stands between the tags, entities not decoded), joined by U+001F."""
+    msg = _SEP.join((id, version or "", raw_text)).encode("utf-8", "surrogatepass")
+    return hmac.new(_key_bytes(key), msg, hashlib.sha256).hexdigest()
+
+
+def _escape_text(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _escape_attr(s: str) -> str:
+    return _escape_text(s).replace('"', "&quot;")
+
+
+def sign_chunk(key: bytes | str, id: str, version: str | None, text: str) -> str:
+    """A signed `<chunk id=".." version=".." sig="..">text</chunk>` tag for `text`.
+
+    For applications that put retrieved chunks into the prompt on a route with
+    `context.signing`: `key` is the value of the policy's `key_env` variable. `text` is
+    escaped (`&`, `<`, `>`), and the signature covers the escaped form the tag carries, so
+    the gateway reads back exactly `text`. `version` None (or "") leaves the attribute out.
+    """
+    if not id:
+        raise ValueError("a chunk needs a non-empty id")
+    if _SEP in id or _SEP in (version or ""):
+        raise ValueError("a signed chunk's id and version cannot contain U+001F")
+    raw = _escape_text(text)
+    sig = chunk_signature(key, id, version, raw)
+    ver = f' version="{_escape_attr(version)}"' if version else ""
+    return f'<chunk id="{_escape_attr(id)}"{ver} sig="{sig}">{raw}</chunk>'
+
+
+def _signature_ok(key: bytes, chunk: Chunk, raw: str, sig: str) -> bool:
+    if _SEP in chunk.id or _SEP in (chunk.version or ""):
+        return False  # the joined fields would be ambiguous
+    want = chunk_signature(key, chunk.id, chunk.version, raw).encode()
+    return hmac.compare_digest(want, sig.encode("utf-8", "surrogatepass"))
+
+
+# -- chunk tags ----------------------------------------------------------------------------------
 
 # Multi-turn chats resend the same system prompt with every turn, and popular documents recur
 # across requests: extracting the chunks of one piece of prompt text is cached. Chunks are
 # immutable; the bound keeps the cache at a few MiB at most.
 _CACHED_TEXT_MAX = 32 * 1024
 
+# One tag: the chunk, its `sig` attribute (None when absent) and its raw text.
+_Tag = tuple[Chunk, str | None, str]
+
 
 def chunks_in_text(text: str, pattern: re.Pattern[str] | None = None) -> list[Chunk]:
-    """Chunks embedded in one piece of prompt text, in order of appearance."""
+    """Chunks embedded in one piece of prompt text, in order of appearance (unauthenticated:
+    the caller decides whether the place is trusted)."""
     if len(text) > _CACHED_TEXT_MAX:
-        return _chunks_in_text(text, pattern)
+        return [t[0] for t in _tags(text, pattern)]
     return list(_cached_chunks(text, pattern))
 
 
 @functools.lru_cache(maxsize=128)
 def _cached_chunks(text: str, pattern: re.Pattern[str] | None) -> tuple[Chunk, ...]:
-    return tuple(_chunks_in_text(text, pattern))
+    return tuple(t[0] for t in _tags(text, pattern))
 
 
-def _chunks_in_text(text: str, pattern: re.Pattern[str] | None) -> list[Chunk]:
-    out: list[Chunk] = []
+def _tags(text: str, pattern: re.Pattern[str] | None) -> list[_Tag]:
+    out: list[_Tag] = []
     if pattern is not None:
+        groups = pattern.groupindex
         for m in pattern.finditer(text):
             cid = m.group("id")
             if not cid:
                 continue
-            version = m.group("version") if "version" in pattern.groupindex else None
-            out.append(Chunk(id=cid, text=m.group("text") or "", version=version or None))
+            version = m.group("version") if "version" in groups else None
+            raw = m.group("text") or ""
+            sig = m.group("sig") if "sig" in groups else None
+            out.append((Chunk(id=cid, text=raw, version=version or None), sig, raw))
         return out
     if "<" not in text:
         return out
@@ -107,15 +214,69 @@ def _chunks_in_text(text: str, pattern: re.Pattern[str] | None) -> list[Chunk]:
         cid = attrs.get("id")
         if not cid:
             continue  # a chunk without an id cannot be cited
-        out.append(
-            Chunk(
-                id=cid,
-                text=_unescape(m.group("text")),
-                version=attrs.get("version") or None,
-                source=attrs.get("source") or None,
-            )
+        raw = m.group("text")
+        chunk = Chunk(
+            id=cid,
+            text=_unescape(raw),
+            version=attrs.get("version") or None,
+            source=attrs.get("source") or None,
         )
+        out.append((chunk, attrs.get("sig"), raw))
     return out
+
+
+# Chunks whose signature verified, and the count of those refused, by reason.
+_Signed = tuple[tuple[Chunk, ...], tuple[tuple[str, int], ...]]
+
+
+def signed_chunks_in_text(text: str, pattern: re.Pattern[str] | None, key: bytes) -> _Signed:
+    """The chunk tags of `text` whose `sig` verifies under `key` (their `source`, which the
+    signature does not cover, dropped), and how many were refused, by reason."""
+    if len(text) > _CACHED_TEXT_MAX:
+        return _signed(text, pattern, key)
+    return _cached_signed(text, pattern, key)
+
+
+@functools.lru_cache(maxsize=128)
+def _cached_signed(text: str, pattern: re.Pattern[str] | None, key: bytes) -> _Signed:
+    return _signed(text, pattern, key)
+
+
+def _signed(text: str, pattern: re.Pattern[str] | None, key: bytes) -> _Signed:
+    good: list[Chunk] = []
+    unsigned = bad = 0
+    for chunk, sig, raw in _tags(text, pattern):
+        if sig is None:
+            unsigned += 1
+        elif _signature_ok(key, chunk, raw, sig):
+            good.append(
+                chunk if chunk.source is None else Chunk(chunk.id, chunk.text, chunk.version)
+            )
+        else:
+            bad += 1
+    refused = tuple((why, n) for why, n in ((UNSIGNED, unsigned), (BAD_SIGNATURE, bad)) if n)
+    return tuple(good), refused
+
+
+def _reject(ctx: ContextSet, why: str, n: int = 1) -> None:
+    ctx.rejected[why] = ctx.rejected.get(why, 0) + n
+
+
+def _read(
+    ctx: ContextSet, text: str, pattern: re.Pattern[str] | None, trust: Trust, trusted: bool
+) -> None:
+    """Add the chunk tags of one piece of request text from a place trusted or not."""
+    if trust.key is not None:
+        chunks, refused = signed_chunks_in_text(text, pattern, trust.key)
+        ctx.extend(chunks)
+        for why, n in refused:
+            _reject(ctx, why, n)
+    elif trusted:
+        ctx.extend(chunks_in_text(text, pattern))
+    elif pattern is not None or "<" in text:
+        n = len(chunks_in_text(text, pattern))
+        if n:
+            _reject(ctx, UNTRUSTED_ROLE, n)
 
 
 # -- request side ------------------------------------------------------------------------------
@@ -133,19 +294,38 @@ def _content_texts(content: object) -> Iterator[str]:
                 yield part["text"]
 
 
+# OpenAI message roles whose text is read; assistant turns (earlier model output) never are.
+_OPENAI_ROLES = {
+    "system": "system",
+    "developer": "developer",
+    "user": "user",
+    "tool": "tool",
+    "function": "tool",
+}
+
+
 def openai_request_context(
-    body: Mapping[str, object], ctx: ContextSet, pattern: re.Pattern[str] | None
+    body: Mapping[str, object],
+    ctx: ContextSet,
+    pattern: re.Pattern[str] | None,
+    trust: Trust = DEFAULT_TRUST,
 ) -> None:
-    """Chunks in the system / developer / user / tool messages of a chat completion request."""
+    """Chunks in the trusted messages of a chat completion request (`trust.roles`; `tool`
+    covers the legacy `function` role); user text only with `user` trusted or when signed."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         return
+    roles = trust.roles
     for msg in messages:
-        role = msg.get("role") if isinstance(msg, Mapping) else None
-        if not isinstance(role, str) or role not in _OPENAI_ROLES:
+        if not isinstance(msg, Mapping):
             continue
+        role = msg.get("role")
+        place = _OPENAI_ROLES.get(role) if isinstance(role, str) else None
+        if place is None:
+            continue
+        trusted = place in roles
         for text in _content_texts(msg.get("content")):
-            ctx.extend(chunks_in_text(text, pattern))
+            _read(ctx, text, pattern, trust, trusted)
 
 
 def _str(value: object) -> str | None:
@@ -175,23 +355,32 @@ def _search_result(block: Mapping[str, object], index: int) -> Document:
 
 
 def anthropic_request_context(
-    body: Mapping[str, object], ctx: ContextSet, pattern: re.Pattern[str] | None
+    body: Mapping[str, object],
+    ctx: ContextSet,
+    pattern: re.Pattern[str] | None,
+    trust: Trust = DEFAULT_TRUST,
 ) -> None:
-    """Chunks in `system` and user turns; `document` / `search_result` blocks in request order.
+    """Chunks in `system` (role "system") and in user turns (text: "user"; `tool_result`
+    blocks: "tool"); `document` / `search_result` blocks of user turns with `trust.documents`.
 
     `document_index` counts document blocks across all messages; `search_result_index` counts
-    search_result blocks, including those inside `tool_result` content.
+    search_result blocks, including those inside `tool_result` content. A block that is not
+    trusted keeps its number (so later blocks keep theirs) but is not in the context: a native
+    citation of it is out of range.
     """
+    roles = trust.roles
     for text in _content_texts(body.get("system")):
-        ctx.extend(chunks_in_text(text, pattern))
+        _read(ctx, text, pattern, trust, "system" in roles)
     messages = body.get("messages")
     if not isinstance(messages, list):
         return
+    numbers = [0, 0]  # the next document_index, search_result_index
 
-    def walk(blocks: object, trusted: bool) -> None:
+    def walk(blocks: object, place: str | None) -> None:
+        # `place` None: an assistant (or unknown) turn, only numbered.
         if isinstance(blocks, str):
-            if trusted:
-                ctx.extend(chunks_in_text(blocks, pattern))
+            if place is not None:
+                _read(ctx, blocks, pattern, trust, place in roles)
             return
         if not isinstance(blocks, list):
             return
@@ -199,33 +388,53 @@ def anthropic_request_context(
             if not isinstance(block, Mapping):
                 continue
             btype = block.get("type")
-            if btype == "text" and trusted and isinstance(block.get("text"), str):
-                ctx.extend(chunks_in_text(str(block["text"]), pattern))
+            if btype == "text":
+                text = block.get("text")
+                if place is not None and isinstance(text, str):
+                    _read(ctx, text, pattern, trust, place in roles)
             elif btype == "document":
-                doc = _doc_from_block(block, len(ctx.documents))
+                index = numbers[0]
+                numbers[0] += 1
+                if place is None or not trust.documents:
+                    _reject(ctx, UNTRUSTED_DOCUMENT)
+                    continue
+                doc = _doc_from_block(block, index)
                 ctx.documents.append(doc)
                 for t in (doc.text or "", *doc.blocks):
-                    ctx.extend(chunks_in_text(t, pattern))
+                    _read(ctx, t, pattern, trust, True)
             elif btype == "search_result":
-                sr = _search_result(block, len(ctx.search_results))
+                index = numbers[1]
+                numbers[1] += 1
+                if place is None or not trust.documents:
+                    _reject(ctx, UNTRUSTED_DOCUMENT)
+                    continue
+                sr = _search_result(block, index)
                 ctx.search_results.append(sr)
                 for t in sr.blocks:
-                    ctx.extend(chunks_in_text(t, pattern))
+                    _read(ctx, t, pattern, trust, True)
             elif btype == "tool_result":
-                walk(block.get("content"), trusted)
+                walk(block.get("content"), None if place is None else "tool")
 
     for msg in messages:
         if isinstance(msg, Mapping):
-            walk(msg.get("content"), msg.get("role") != "assistant")
+            walk(msg.get("content"), "user" if msg.get("role") == "user" else None)
 
 
-def generic_request_context(body: object, ctx: ContextSet, pattern: re.Pattern[str] | None) -> None:
-    """Chunks in every string of an arbitrary JSON request (rag-json)."""
+def generic_request_context(
+    body: object,
+    ctx: ContextSet,
+    pattern: re.Pattern[str] | None,
+    trust: Trust = DEFAULT_TRUST,
+) -> None:
+    """Chunk tags in every string of an arbitrary JSON request (rag-json): a rag-json request
+    has no trusted place, so only signed tags count (with `context.signing`); others are
+    refused as `untrusted_role`."""
+    untrusted = Trust(frozenset(), False, trust.key)
     stack = [body]
     while stack:
         node = stack.pop()
         if isinstance(node, str):
-            ctx.extend(chunks_in_text(node, pattern))
+            _read(ctx, node, pattern, untrusted, False)
         elif isinstance(node, Mapping):
             stack.extend(reversed(list(node.values())))
         elif isinstance(node, list):
@@ -240,13 +449,14 @@ def request_context(
 ) -> ContextSet:
     """The chunks and documents a request carries (added to `ctx` when given)."""
     ctx = ContextSet() if ctx is None else ctx
-    pattern = compile_chunk_pattern(spec)
+    pattern = spec.chunk_re
+    trust = trust_of(spec)
     if protocol == "openai-chat":
-        openai_request_context(body, ctx, pattern)
+        openai_request_context(body, ctx, pattern, trust)
     elif protocol == "anthropic-messages":
-        anthropic_request_context(body, ctx, pattern)
+        anthropic_request_context(body, ctx, pattern, trust)
     else:
-        generic_request_context(body, ctx, pattern)
+        generic_request_context(body, ctx, pattern, trust)
     return ctx
 
 

@@ -38,6 +38,10 @@ from .types import Decision, Report
 ROUTE_PASSTHROUGH: Final = "passthrough"
 ROUTE_UNROUTED: Final = "unrouted"
 ROUTE_OVERFLOW: Final = "other"
+# The `why` label of citewarden_context_rejected_total (gateway.context.REJECT_REASONS).
+CONTEXT_REJECT_REASONS: Final = frozenset(
+    {"untrusted_role", "untrusted_document", "unsigned", "bad_signature"}
+)
 
 # Verification is in-process and targets well under a millisecond: resolve 50µs steps.
 VERIFICATION_BUCKETS: Final = (
@@ -252,6 +256,12 @@ class Metrics:
             ["route", "outcome", "kind"],
             registry=r,
         )
+        self.context_rejected = Counter(
+            "citewarden_context_rejected",
+            "Chunk tags / document blocks of a request that were not context, by why.",
+            ["route", "why"],
+            registry=r,
+        )
         self.policy_reloads = Counter(
             "citewarden_policy_reloads",
             "Policy reload attempts by outcome.",
@@ -306,6 +316,15 @@ class Metrics:
         if exempt:
             rm.claims["exempt"].inc(exempt)
         rm.verification.observe(report.seconds)
+        ctx = report.context
+        if not isinstance(ctx, str) and ctx.rejected:
+            self.observe_context_rejected(rm.route, ctx.rejected)
+
+    def observe_context_rejected(self, route: str, rejected: Mapping[str, int]) -> None:
+        """Request chunks refused as context (`ContextSet.rejected`), by a fixed reason."""
+        for why, n in rejected.items():
+            label = why if why in CONTEXT_REJECT_REASONS else _UNKNOWN
+            self.context_rejected.labels(route, label).inc(n)
 
     def observe_request(
         self,

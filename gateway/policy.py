@@ -30,6 +30,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -216,9 +217,69 @@ def _all_context_sources() -> list[ContextSource]:
     return ["request", "response", "header"]
 
 
+# Where chunk tags count as context (DESIGN §3). `tool` covers OpenAI `tool` (and legacy
+# `function`) messages and Anthropic `tool_result` blocks; assistant turns never count.
+TrustRole = Literal["system", "developer", "user", "tool"]
+
+# Chunk regexes match across lines, as the built-in `<chunk>` form does.
+CHUNK_PATTERN_FLAGS = re.S
+
+
+def _default_trust_roles() -> list[TrustRole]:
+    return ["system", "developer", "tool"]
+
+
+class ContextTrust(_Model):
+    """The places of a request whose chunk tags are context (without signing)."""
+
+    roles: list[TrustRole] = Field(default_factory=_default_trust_roles)
+    documents: bool = True  # Anthropic document / search_result blocks of non-assistant turns
+
+
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class ContextSigning(_Model):
+    """`context.signing`: only HMAC-SHA256-signed chunk tags count, from any role.
+
+    The key is the value of the environment variable `key_env`, read when the policy loads (a
+    missing or empty variable is a policy error); it never enters the canonical form, the
+    version, a repr or a log line.
+    """
+
+    key_env: str
+    _key: bytes = PrivateAttr(default=b"")
+
+    @field_validator("key_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        if not _ENV_NAME_RE.fullmatch(value):
+            raise ValueError(f"{value!r} is not an environment variable name")
+        return value
+
+    @model_validator(mode="after")
+    def _read_key(self) -> ContextSigning:
+        value = os.environ.get(self.key_env)
+        if not value:
+            state = "is empty" if value == "" else "is not set"
+            raise _KeyedValueError(
+                ("key_env",), f"the signing key's environment variable {self.key_env} {state}"
+            )
+        self._key = value.encode("utf-8")
+        return self
+
+    @property
+    def key(self) -> bytes:
+        return self._key
+
+
 class ContextSpec(_Model):
     from_: list[ContextSource] = Field(default_factory=_all_context_sources, alias="from")
     chunk_pattern: str | None = None  # regex with named groups `id` and `text` (and `version`)
+    trust: ContextTrust = Field(default_factory=ContextTrust)
+    signing: ContextSigning | None = None
+    # Compiled once at load (CHUNK_PATTERN_FLAGS); the hot path reads only this.
+    _chunk_re: re.Pattern[str] | None = PrivateAttr(default=None)
 
     @field_validator("chunk_pattern")
     @classmethod
@@ -230,6 +291,22 @@ class ContextSpec(_Model):
             names = " and ".join(f"`{g}`" for g in sorted(missing))
             raise ValueError(f"needs named groups `id` and `text`; missing {names}")
         return value
+
+    @model_validator(mode="after")
+    def _compile_chunk_pattern(self) -> ContextSpec:
+        if self.chunk_pattern is not None:
+            self._chunk_re = re.compile(self.chunk_pattern, CHUNK_PATTERN_FLAGS)
+            if self.signing is not None and "sig" not in self._chunk_re.groupindex:
+                raise _KeyedValueError(
+                    ("chunk_pattern",),
+                    "needs a named group `sig` (the chunk's signature) with context.signing",
+                )
+        return self
+
+    @property
+    def chunk_re(self) -> re.Pattern[str] | None:
+        """The compiled `chunk_pattern` (None: the built-in `<chunk …>` tags)."""
+        return self._chunk_re
 
 
 DEFAULT_EXEMPT = [
@@ -531,9 +608,7 @@ def _compile_policy(policy: Policy) -> CompiledPolicy:
             re.compile(pattern) if pattern is not None and policy.citations.format == "regex"
             else None
         ),
-        chunk_pattern=(
-            re.compile(policy.context.chunk_pattern) if policy.context.chunk_pattern else None
-        ),
+        chunk_pattern=policy.context.chunk_re,
         exempt=tuple(re.compile(p) for p in policy.claims.exempt),
         checks=frozenset(policy.checks),
         routes=types.MappingProxyType({r.name: r for r in policy.routes}),

@@ -118,6 +118,9 @@ class ContextSet:
     chunks: dict[str, Chunk] = field(default_factory=dict)
     documents: list[Document] = field(default_factory=list)
     search_results: list[Document] = field(default_factory=list)
+    # Chunk tags / document blocks the request carried that were not context, by why
+    # (gateway.context.REJECT_REASONS); counted in citewarden_context_rejected_total.
+    rejected: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     # The last fingerprint and the chunks it was computed from.
     _fp: tuple[tuple[Chunk, ...], str] | None = field(
         default=None, init=False, repr=False, compare=False

@@ -39,7 +39,9 @@ def test_chunk_tags_attribute_order_quotes_version_and_entities() -> None:
 
 def test_policy_chunk_pattern_replaces_tags() -> None:
     spec = ContextSpec(chunk_pattern=r"\[\[(?P<id>[^|\]]+)\|(?P<version>\w*)\|(?P<text>[^\]]*)\]\]")
-    body = {"messages": [{"role": "user", "content": '[[a:1|v2|Alpha]] <chunk id="b">B</chunk>'}]}
+    body = {
+        "messages": [{"role": "system", "content": '[[a:1|v2|Alpha]] <chunk id="b">B</chunk>'}]
+    }
     ctx = request_context("openai-chat", body, spec)
     assert list(ctx.chunks.values()) == [Chunk("a:1", "Alpha", "v2")]
 
@@ -69,7 +71,8 @@ def test_openai_request_roles_and_content_parts() -> None:
         ]
     }
     ctx = request_context("openai-chat", body, ContextSpec())
-    assert list(ctx.chunks) == ["s:1", "d:1", "u:1", "t:1"]
+    assert list(ctx.chunks) == ["s:1", "d:1", "t:1"]  # user text and assistant turns are not
+    assert ctx.rejected == {"untrusted_role": 1}  # assistant turns are not even read
 
 
 def test_anthropic_documents_search_results_and_system_blocks() -> None:
@@ -143,7 +146,8 @@ def test_anthropic_documents_search_results_and_system_blocks() -> None:
         ],
     }
     ctx = request_context("anthropic-messages", body, ContextSpec())
-    assert list(ctx.chunks) == ["sys:1", "u:1"]
+    assert list(ctx.chunks) == ["sys:1"]
+    assert ctx.rejected == {"untrusted_role": 1}
     assert ctx.documents == [
         Document(0, "text", text="Plain doc.", title="Plain"),
         Document(1, "pdf"),
@@ -207,7 +211,7 @@ def test_malformed_context_header_fails_closed(name: str, value: str) -> None:
 
 
 def test_build_context_uses_only_named_sources_and_upgrades_id_only() -> None:
-    request = {"messages": [{"role": "user", "content": '<chunk id="a">from request</chunk>'}]}
+    request = {"messages": [{"role": "system", "content": '<chunk id="a">from request</chunk>'}]}
     response = {"sources": [{"id": "b", "text": "from response"}]}
     headers = {"x-citewarden-context-ids": "a,b,c"}
     rag = RagSpec(context="/sources")
