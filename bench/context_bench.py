@@ -59,18 +59,23 @@ def _pipeline(protocol: str, signed: bool) -> RoutePipeline:
     return RoutePipeline(loaded, loaded.policy.routes[0])
 
 
-def per_call(fn: Callable[[int], None], runs: int) -> float:
+def per_call(fn: Callable[[int], None], runs: int, repeats: int = 7) -> float:
+    """The best of `repeats` timings of `runs` calls (the machine is shared: the minimum is
+    the least disturbed), in µs per call."""
     for i in range(min(runs, 200)):
         fn(i)
-    t0 = time.perf_counter()
-    for i in range(runs):
-        fn(i)
-    return (time.perf_counter() - t0) / runs * 1e6
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for i in range(runs):
+            fn(i)
+        best = min(best, time.perf_counter() - t0)
+    return best / runs * 1e6
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=5000)
+    ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--signed", action="store_true")
     args = ap.parse_args()
     os.environ.setdefault(KEY_ENV, "bench-key-0123456789abcdef")

@@ -86,6 +86,7 @@ class Trust:
     roles: frozenset[str] = frozenset({"system", "developer", "tool"})
     documents: bool = True
     key: bytes | None = None
+    pattern: re.Pattern[str] | None = None  # the compiled `chunk_pattern`; None: `<chunk>` tags
 
 
 DEFAULT_TRUST = Trust()
@@ -103,6 +104,7 @@ def trust_of(spec: ContextSpec) -> Trust:
         roles=frozenset(spec.trust.roles),
         documents=spec.trust.documents,
         key=spec.signing.key if spec.signing is not None else None,
+        pattern=spec.chunk_re,  # a pydantic private attribute: slow to read per request
     )
     if len(_TRUST_BY_SPEC) >= 256:  # reloads retire specs; keep the map bounded
         _TRUST_BY_SPEC.clear()
@@ -174,25 +176,28 @@ def _signature_ok(key: bytes, chunk: Chunk, raw: str, sig: str) -> bool:
 # immutable; the bound keeps the cache at a few MiB at most.
 _CACHED_TEXT_MAX = 32 * 1024
 
-# One tag: the chunk, its `sig` attribute (None when absent) and its raw text.
-_Tag = tuple[Chunk, str | None, str]
+# Of one tag, besides its chunk: its `sig` attribute (None when absent) and its raw text.
+_SigRaw = tuple[str | None, str]
 
 
 def chunks_in_text(text: str, pattern: re.Pattern[str] | None = None) -> list[Chunk]:
     """Chunks embedded in one piece of prompt text, in order of appearance (unauthenticated:
     the caller decides whether the place is trusted)."""
     if len(text) > _CACHED_TEXT_MAX:
-        return [t[0] for t in _tags(text, pattern)]
+        return _tags(text, pattern)
     return list(_cached_chunks(text, pattern))
 
 
 @functools.lru_cache(maxsize=128)
 def _cached_chunks(text: str, pattern: re.Pattern[str] | None) -> tuple[Chunk, ...]:
-    return tuple(t[0] for t in _tags(text, pattern))
+    return tuple(_tags(text, pattern))
 
 
-def _tags(text: str, pattern: re.Pattern[str] | None) -> list[_Tag]:
-    out: list[_Tag] = []
+def _tags(
+    text: str, pattern: re.Pattern[str] | None, sigs: list[_SigRaw] | None = None
+) -> list[Chunk]:
+    """The chunk tags of `text`; with `sigs`, each one's (sig, raw text) appended there too."""
+    out: list[Chunk] = []
     if pattern is not None:
         groups = pattern.groupindex
         for m in pattern.finditer(text):
@@ -201,8 +206,9 @@ def _tags(text: str, pattern: re.Pattern[str] | None) -> list[_Tag]:
                 continue
             version = m.group("version") if "version" in groups else None
             raw = m.group("text") or ""
-            sig = m.group("sig") if "sig" in groups else None
-            out.append((Chunk(id=cid, text=raw, version=version or None), sig, raw))
+            out.append(Chunk(id=cid, text=raw, version=version or None))
+            if sigs is not None:
+                sigs.append((m.group("sig") if "sig" in groups else None, raw))
         return out
     if "<" not in text:
         return out
@@ -215,13 +221,16 @@ def _tags(text: str, pattern: re.Pattern[str] | None) -> list[_Tag]:
         if not cid:
             continue  # a chunk without an id cannot be cited
         raw = m.group("text")
-        chunk = Chunk(
-            id=cid,
-            text=_unescape(raw),
-            version=attrs.get("version") or None,
-            source=attrs.get("source") or None,
+        out.append(
+            Chunk(
+                id=cid,
+                text=_unescape(raw),
+                version=attrs.get("version") or None,
+                source=attrs.get("source") or None,
+            )
         )
-        out.append((chunk, attrs.get("sig"), raw))
+        if sigs is not None:
+            sigs.append((attrs.get("sig"), raw))
     return out
 
 
@@ -245,7 +254,8 @@ def _cached_signed(text: str, pattern: re.Pattern[str] | None, key: bytes) -> _S
 def _signed(text: str, pattern: re.Pattern[str] | None, key: bytes) -> _Signed:
     good: list[Chunk] = []
     unsigned = bad = 0
-    for chunk, sig, raw in _tags(text, pattern):
+    sigs: list[_SigRaw] = []
+    for chunk, (sig, raw) in zip(_tags(text, pattern, sigs), sigs, strict=True):
         if sig is None:
             unsigned += 1
         elif _signature_ok(key, chunk, raw, sig):
@@ -429,7 +439,7 @@ def generic_request_context(
     """Chunk tags in every string of an arbitrary JSON request (rag-json): a rag-json request
     has no trusted place, so only signed tags count (with `context.signing`); others are
     refused as `untrusted_role`."""
-    untrusted = Trust(frozenset(), False, trust.key)
+    untrusted = Trust(frozenset(), False, trust.key, pattern)
     stack = [body]
     while stack:
         node = stack.pop()
@@ -449,8 +459,8 @@ def request_context(
 ) -> ContextSet:
     """The chunks and documents a request carries (added to `ctx` when given)."""
     ctx = ContextSet() if ctx is None else ctx
-    pattern = spec.chunk_re
     trust = trust_of(spec)
+    pattern = trust.pattern
     if protocol == "openai-chat":
         openai_request_context(body, ctx, pattern, trust)
     elif protocol == "anthropic-messages":
