@@ -64,8 +64,15 @@ UNSIGNED = "unsigned"  # with `context.signing`: a chunk tag without `sig`
 BAD_SIGNATURE = "bad_signature"  # with `context.signing`: a `sig` that does not verify
 REJECT_REASONS = (UNTRUSTED_ROLE, UNTRUSTED_DOCUMENT, UNSIGNED, BAD_SIGNATURE)
 
-_TAG = re.compile(r"<chunk\b(?P<attrs>[^>]*)>(?P<text>.*?)</chunk\s*>", re.S | re.I)
-_ATTR = re.compile(r"""([A-Za-z_][\w:.-]*)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
+# A tag is `<chunk` + attributes up to the first `>` + text up to the first `</chunk\s*>`. It
+# is scanned by hand (`_tag_spans`), not by one regex: request text is the client's, and a
+# regex with a lazy body or an unbounded attribute run backtracks quadratically on inputs such
+# as many unclosed `<chunk` openings (40 KB took 25 s).
+_OPEN = re.compile(r"<chunk\b", re.I)
+_CLOSE = re.compile(r"</chunk\s*+>", re.I)
+# Names start only where no name character precedes, and quantifiers are possessive, so a long
+# run of name characters is tried once, not once per position.
+_ATTR = re.compile(r"""(?<![\w:.-])([A-Za-z_][\w:.-]*+)\s*+=\s*+(?:"([^"]*+)"|'([^']*+)')""")
 _ENTITY = re.compile(r"&(lt|gt|amp|quot|apos|#39);")
 _ENTITIES = {"lt": "<", "gt": ">", "amp": "&", "quot": '"', "apos": "'", "#39": "'"}
 
@@ -212,15 +219,14 @@ def _tags(
         return out
     if "<" not in text:
         return out
-    for m in _TAG.finditer(text):
+    for head, raw in _tag_spans(text):
         attrs: dict[str, str] = {}
-        for a in _ATTR.finditer(m.group("attrs")):
+        for a in _ATTR.finditer(head):
             value = a.group(2) if a.group(2) is not None else a.group(3)
             attrs[a.group(1).lower()] = _unescape(value)
         cid = attrs.get("id")
         if not cid:
             continue  # a chunk without an id cannot be cited
-        raw = m.group("text")
         out.append(
             Chunk(
                 id=cid,
@@ -232,6 +238,23 @@ def _tags(
         if sigs is not None:
             sigs.append((attrs.get("sig"), raw))
     return out
+
+
+def _tag_spans(text: str) -> Iterator[tuple[str, str]]:
+    """(attributes, raw text) of each `<chunk …>…</chunk>` tag, in linear time."""
+    pos = 0
+    while True:
+        m = _OPEN.search(text, pos)
+        if m is None:
+            return
+        gt = text.find(">", m.end())
+        if gt < 0:
+            return  # no `>` left: no later tag can open either
+        close = _CLOSE.search(text, gt + 1)
+        if close is None:
+            return  # no close left: no later tag can close either
+        yield text[m.end() : gt], text[gt + 1 : close.start()]
+        pos = close.end()
 
 
 # Chunks whose signature verified, and the count of those refused, by reason.
@@ -293,14 +316,22 @@ def _read(
 
 
 def _content_texts(content: object) -> Iterator[str]:
-    """Text of a message `content`: a string, or a list of parts / blocks with `text`."""
+    """Text of a message `content`: a string, or a list of strings and `text` parts / blocks.
+
+    A `text` key on a part of another type (an image, a file) is not read: the model is not
+    shown it as text.
+    """
     if isinstance(content, str):
         yield content
     elif isinstance(content, list):
         for part in content:
             if isinstance(part, str):
                 yield part
-            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+            elif (
+                isinstance(part, Mapping)
+                and part.get("type") == "text"
+                and isinstance(part.get("text"), str)
+            ):
                 yield part["text"]
 
 

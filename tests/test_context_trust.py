@@ -9,10 +9,13 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway import context as context_mod
 from gateway.context import (
@@ -80,6 +83,16 @@ def test_trust_roles_widen_and_narrow() -> None:
 def test_trust_roles_cannot_name_assistant() -> None:
     with pytest.raises(ValueError, match="assistant"):
         spec(trust={"roles": ["system", "assistant"]})
+
+
+def test_only_text_parts_are_read() -> None:
+    parts = [
+        {"type": "image_url", "image_url": {"url": "u"}, "text": tag("img", "hidden")},
+        {"type": "text", "text": tag("s", "S")},
+        {"text": tag("untyped", "U")},
+    ]
+    ctx = request_context("openai-chat", openai(("system", parts)), ContextSpec())
+    assert list(ctx.chunks) == ["s"]
 
 
 def test_user_text_without_tags_costs_no_rejection() -> None:
@@ -371,3 +384,61 @@ def test_rejections_are_counted_per_route_and_reason() -> None:
 
     assert (value("untrusted_role"), value("bad_signature"), value("unknown")) == (2, 1, 1)
     assert value("made_up") is None
+
+
+# -- chunk tag scanning: the client's text must not cost quadratic time -------------------------
+
+_REFERENCE_TAG = re.compile(r"<chunk\b(?P<attrs>[^>]*)>(?P<text>.*?)</chunk\s*>", re.S | re.I)
+_REFERENCE_ATTR = re.compile(r"""([A-Za-z_][\w:.-]*)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
+_PIECES = [
+    "<chunk",
+    "<CHUNK",
+    ">",
+    "</chunk>",
+    "</Chunk \n>",
+    "</chunk",
+    " ",
+    "\n",
+    "a",
+    "-",
+    'id="x"',
+    "id='y'",
+    'version="2"',
+    "=",
+    '"',
+    "<chunky",
+    "x:1",
+]
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_tag_scanner_agrees_with_the_reference_regex(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    want = []
+    for m in _REFERENCE_TAG.finditer(text):
+        attrs = {
+            a.group(1).lower(): a.group(2) if a.group(2) is not None else a.group(3)
+            for a in _REFERENCE_ATTR.finditer(m.group("attrs"))
+        }
+        if attrs.get("id"):
+            want.append((attrs["id"], m.group("text"), attrs.get("version") or None))
+    got = [(c.id, c.text, c.version) for c in context_mod._tags(text, None)]
+    assert got == want
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<chunk " + "a" * 200_000 + ">x</chunk>",  # one long attribute name
+        "<chunk " + 'a="' * 60_000 + ">",  # unclosed quotes
+        '<chunk id="a" ' * 20_000,  # openings that never close
+        "<chunk " * 30_000,  # openings without `>`
+        '<chunk id="a">x</chunk   ' * 8_000,  # closes without `>`
+    ],
+)
+def test_pathological_user_text_is_scanned_in_linear_time(text: str) -> None:
+    body = openai(("user", text), ("system", text))
+    t0 = time.perf_counter()
+    request_context("openai-chat", body, ContextSpec())
+    assert time.perf_counter() - t0 < 2.0  # quadratic scanning took minutes
