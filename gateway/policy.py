@@ -848,6 +848,14 @@ def lint(policies: Sequence[LoadedPolicy]) -> list[Diagnostic]:
             )
         if not p.checks:
             warn(loaded, ("checks",), "checks is empty: every claim passes and nothing is verified")
+        if "user" in p.context.trust.roles and p.context.signing is None:
+            warn(
+                loaded,
+                ("context", "trust", "roles"),
+                "context.trust.roles includes user: an end user can paste a chunk tag into a "
+                "question and make a fabricated answer verify; sign chunks (context.signing) "
+                "instead",
+            )
         dupes = sorted({c for c in p.checks if p.checks.count(c) > 1})
         if dupes:
             warn(loaded, ("checks",), f"checks lists {', '.join(dupes)} more than once")

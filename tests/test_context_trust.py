@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import os
 import re
 import subprocess
@@ -27,7 +28,14 @@ from gateway.context import (
 )
 from gateway.errors import PolicyError
 from gateway.metrics import CONTEXT_REJECT_REASONS, Metrics
-from gateway.policy import ContextSpec, Policy, canonical_json, from_model, load_policy
+from gateway.policy import (
+    ContextSpec,
+    Policy,
+    canonical_json,
+    check_paths,
+    from_model,
+    load_policy,
+)
 from gateway.types import Chunk, ContextSet, Document, Report
 
 KEY = "k3y-for-tests"
@@ -442,3 +450,14 @@ def test_pathological_user_text_is_scanned_in_linear_time(text: str) -> None:
     t0 = time.perf_counter()
     request_context("openai-chat", body, ContextSpec())
     assert time.perf_counter() - t0 < 2.0  # quadratic scanning took minutes
+
+
+def test_policy_check_warns_when_user_text_is_trusted(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "name: p\nroutes:\n  - name: r\n    match: {path: /x}\n    protocol: openai-chat\n"
+        "context:\n  trust:\n    roles: [system, user]\n"
+    )
+    out = io.StringIO()
+    check_paths([str(path)], out)
+    assert f"{path}:8: warning: context.trust.roles includes user" in out.getvalue()
