@@ -94,6 +94,9 @@ def _verify(
         if stream:
             answer = pipeline.parse_stream(raw)
         else:
+            check_raw = getattr(pipeline.adapter, "check_raw", None)  # rag-json: duplicate keys
+            if check_raw is not None:
+                check_raw(raw)
             answer = pipeline.adapter.parse(_json(raw, "response", response_path), route)
         ctx = pipeline.context(request, answer.body, None)
     except ProtocolError as e:
