@@ -121,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--request", required=True, help="the request body (JSON)")
     verify.add_argument("--response", required=True, help="the response: JSON body or .sse capture")
     verify.add_argument("--route", default=None, help="route name (default: first of the protocol)")
+    _add_format_flag(verify)
 
     policy = sub.add_parser("policy", help="policy tools")
     psub = policy.add_subparsers(dest="policy_command", required=True)
@@ -129,7 +130,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="summarise an audit JSONL file")
     report.add_argument("audit")
+    _add_format_flag(report)
     return parser
+
+
+def _add_format_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default=None,
+        help="text (a short summary) or json; default: text on a terminal, json when piped",
+    )
+
+
+def output_format(choice: str | None, out: TextIO) -> str:
+    """--format as given, else text on a terminal and JSON when piped (DESIGN §1)."""
+    if choice is not None:
+        return choice
+    isatty = getattr(out, "isatty", None)
+    return "text" if isatty is not None and isatty() else "json"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -183,6 +202,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
                 response_path=args.response,
                 route_name=args.route,
                 out=out,
+                fmt=output_format(args.format, out),
             )
         case "policy":
             from gateway.policy import check_paths
@@ -191,7 +211,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         case "report":
             from gateway.report import run
 
-            return run(args.audit, out)
+            return run(args.audit, out, fmt=output_format(args.format, out))
         case _:
             raise AssertionError(f"unhandled command {args.command!r}")
 
