@@ -114,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--policy", action="append", default=None)
     demo.set_defaults(env_policies=[p for p in (env_policy or "").split(":") if p])
     _add_server_flags(demo, default_port=8080)
+    demo.add_argument(
+        "--audit-file",
+        default=_env("AUDIT_FILE"),
+        metavar="PATH",
+        help="append the log (audit events as JSON lines, what `citewarden report` reads) to "
+        "PATH instead of stdout, which then shows only the banner (env CITEWARDEN_AUDIT_FILE)",
+    )
 
     verify = sub.add_parser("verify", help="verify one captured exchange offline")
     verify.add_argument("--policy", required=True)

@@ -260,7 +260,15 @@ def settings_from_args(
 
 
 def serve_from_args(args: argparse.Namespace, policies: Sequence[str], *, demo: bool) -> int:
-    audit.configure_logging(level=args.log_level)
+    audit_file: str | None = getattr(args, "audit_file", None)  # `demo --audit-file`
+    log_stream = None
+    if audit_file:
+        try:
+            log_stream = open(audit_file, "a", encoding="utf-8")  # noqa: SIM115 - for the run
+        except OSError as e:
+            print(f"citewarden: cannot open audit file {audit_file}: {e.strerror}", file=sys.stderr)
+            return 2
+    audit.configure_logging(stream=log_stream, level=args.log_level)
     extra: list[uvicorn.Server] = []
     if demo:
         from gateway.demo.app import create_demo_app
@@ -295,7 +303,11 @@ def serve_from_args(args: argparse.Namespace, policies: Sequence[str], *, demo: 
     if demo:
         host = "localhost" if settings.host in ("0.0.0.0", "::") else settings.host
         print(
-            banner(f"http://{host}:{settings.port}", f"http://{host}:{settings.admin_port}"),
+            banner(
+                f"http://{host}:{settings.port}",
+                f"http://{host}:{settings.admin_port}",
+                audit_file=audit_file,
+            ),
             flush=True,
         )
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
