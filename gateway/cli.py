@@ -134,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     psub = policy.add_subparsers(dest="policy_command", required=True)
     check = psub.add_parser("check", help="schema and semantic lint of policy files")
     check.add_argument("paths", nargs="+")
+    check.add_argument(
+        "--each",
+        action="store_true",
+        help="lint every file on its own, as alternatives (default: the files together, as "
+        "one deployment loading them in order)",
+    )
 
     report = sub.add_parser("report", help="summarise an audit JSONL file")
     report.add_argument("audit")
@@ -214,6 +220,8 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         case "policy":
             from gateway.policy import check_paths
 
+            if args.each:
+                return max(check_paths([path], out) for path in args.paths)
             return check_paths(args.paths, out)
         case "report":
             from gateway.report import run
