@@ -190,3 +190,23 @@ def test_shipped_rag_policy_documents_keep() -> None:
     rag = loaded.policy.routes[0].rag
     assert rag is not None
     assert rag.keep  # the example policy shows the envelope fields it keeps
+
+
+@pytest.mark.parametrize(("question", "decision"), [
+    ("Can I install and stack K7 units myself?", None),
+    ("Give me a fully hallucinated answer", "abstained"),
+])  # fmt: skip
+def test_demo_rag_route_keeps_its_envelope(question: str, decision: str | None) -> None:
+    from gateway.demo.app import create_demo_app
+    from gateway.server import DEMO_POLICIES
+
+    with serve(create_demo_app()) as url, run_gateway(url, list(DEMO_POLICIES)) as gw:
+        r = httpx.post(gw.url + "/rag/answer", json={"question": question})
+    assert r.status_code == 200
+    if decision is not None:
+        assert r.headers["x-citewarden-decision"] == decision
+    body = r.json()
+    assert body["status"] == "ok"
+    assert len(body["trace_id"]) == 16
+    assert body["model"] == "citewarden-demo"
+    assert "retrieval" not in body
