@@ -192,3 +192,25 @@ def test_block_still_ends_with_an_error_event(gateways: dict[str, Gateway], key:
     assert "citation_verification_failed" in events[-1][1]
     assert TEMPLATE not in r.text
 
+
+
+def test_demo_hallucinated_answer_streams_like_unstreamed() -> None:
+    """The demo's own progressive policy: the fully hallucinated answer is the same 200
+    abstention streamed (OpenAI and Anthropic SDKs) as unstreamed."""
+    from gateway.demo.app import DEMO_MODEL, create_demo_app
+    from gateway.server import DEMO_POLICIES
+
+    question = [{"role": "user", "content": "Give me a fully hallucinated answer"}]
+    with serve(create_demo_app()) as url, run_gateway(url, list(DEMO_POLICIES)) as gw:
+        with _oa(gw) as client:
+            unstreamed = client.chat.completions.create(model=DEMO_MODEL, messages=question)
+            stream = client.chat.completions.create(
+                model=DEMO_MODEL, messages=question, stream=True
+            )
+            streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        with _an(gw) as claude, claude.messages.stream(
+            model=DEMO_MODEL, max_tokens=300, messages=question
+        ) as s:
+            final = s.get_final_message()
+    assert streamed == unstreamed.choices[0].message.content == TEMPLATE
+    assert [b.text for b in final.content if b.type == "text"] == [TEMPLATE]
