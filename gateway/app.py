@@ -111,6 +111,9 @@ def _judge(
         _, answer = verifier.finish()
         ctx, known, streamed_text = verifier.ctx, verifier.known, verifier.text
     else:
+        check_raw = getattr(pipeline.adapter, "check_raw", None)  # rag-json: duplicate keys
+        if check_raw is not None:
+            check_raw(body)
         parsed = orjson.loads(body)
         if not isinstance(parsed, dict):
             raise ProtocolError("upstream body is not a JSON object")

@@ -114,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--policy", action="append", default=None)
     demo.set_defaults(env_policies=[p for p in (env_policy or "").split(":") if p])
     _add_server_flags(demo, default_port=8080)
+    demo.add_argument(
+        "--audit-file",
+        default=_env("AUDIT_FILE"),
+        metavar="PATH",
+        help="append the log (audit events as JSON lines, what `citewarden report` reads) to "
+        "PATH instead of stdout, which then shows only the banner (env CITEWARDEN_AUDIT_FILE)",
+    )
 
     verify = sub.add_parser("verify", help="verify one captured exchange offline")
     verify.add_argument("--policy", required=True)
@@ -121,15 +128,40 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--request", required=True, help="the request body (JSON)")
     verify.add_argument("--response", required=True, help="the response: JSON body or .sse capture")
     verify.add_argument("--route", default=None, help="route name (default: first of the protocol)")
+    _add_format_flag(verify)
 
     policy = sub.add_parser("policy", help="policy tools")
     psub = policy.add_subparsers(dest="policy_command", required=True)
     check = psub.add_parser("check", help="schema and semantic lint of policy files")
     check.add_argument("paths", nargs="+")
+    check.add_argument(
+        "--each",
+        action="store_true",
+        help="lint every file on its own, as alternatives (default: the files together, as "
+        "one deployment loading them in order)",
+    )
 
     report = sub.add_parser("report", help="summarise an audit JSONL file")
     report.add_argument("audit")
+    _add_format_flag(report)
     return parser
+
+
+def _add_format_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default=None,
+        help="text (a short summary) or json; default: text on a terminal, json when piped",
+    )
+
+
+def output_format(choice: str | None, out: TextIO) -> str:
+    """--format as given, else text on a terminal and JSON when piped (DESIGN §1)."""
+    if choice is not None:
+        return choice
+    isatty = getattr(out, "isatty", None)
+    return "text" if isatty is not None and isatty() else "json"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -183,15 +215,18 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
                 response_path=args.response,
                 route_name=args.route,
                 out=out,
+                fmt=output_format(args.format, out),
             )
         case "policy":
             from gateway.policy import check_paths
 
+            if args.each:
+                return max(check_paths([path], out) for path in args.paths)
             return check_paths(args.paths, out)
         case "report":
             from gateway.report import run
 
-            return run(args.audit, out)
+            return run(args.audit, out, fmt=output_format(args.format, out))
         case _:
             raise AssertionError(f"unhandled command {args.command!r}")
 

@@ -66,9 +66,10 @@ def verify_exchange(
     route_name: str | None,
     out: TextIO,
     err: TextIO = sys.stderr,
+    fmt: str = "json",
 ) -> int:
     try:
-        return _verify(policy_path, protocol, request_path, response_path, route_name, out)
+        return _verify(policy_path, protocol, request_path, response_path, route_name, out, fmt)
     except InputError as e:
         print(f"citewarden verify: {e}", file=err)
         return 2
@@ -81,6 +82,7 @@ def _verify(
     response_path: str,
     route_name: str | None,
     out: TextIO,
+    fmt: str = "json",
 ) -> int:
     if protocol not in ADAPTERS:
         raise InputError(f"unknown protocol {protocol!r} (expected one of {', '.join(ADAPTERS)})")
@@ -94,6 +96,9 @@ def _verify(
         if stream:
             answer = pipeline.parse_stream(raw)
         else:
+            check_raw = getattr(pipeline.adapter, "check_raw", None)  # rag-json: duplicate keys
+            if check_raw is not None:
+                check_raw(raw)
             answer = pipeline.adapter.parse(_json(raw, "response", response_path), route)
         ctx = pipeline.context(request, answer.body, None)
     except ProtocolError as e:
@@ -120,5 +125,37 @@ def _verify(
         "route": route.name,
         "body": body,
     }
-    out.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    if fmt == "text":
+        out.write(text_report(report))
+    else:
+        out.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return 0 if rendered.unchanged else 1
+
+
+def _clip(text: str, width: int = 72) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def text_report(report: dict[str, Any]) -> str:
+    """`verify --format text`: the decision and one line per claim, for a person to read."""
+    decision = str(report["decision"])
+    if report["reason"] is not None:
+        where = "" if report["claim_index"] is None else f", claim {report['claim_index']}"
+        decision += f" ({report['reason']}{where})"
+    lines = [
+        f"decision  {decision}",
+        f"status    {report['status']}"
+        + ("  (the upstream's bytes, unchanged)" if report["unchanged"] else ""),
+        f"policy    {report['policy']}  route {report['route']}",
+        f"context   {report['context_fingerprint']}",
+        f"claims    {len(report['claims'])}",
+    ]
+    for c in report["claims"]:
+        status = c["status"] + (f" {c['reason']}" if c.get("reason") else "")
+        cited = " ".join(f"[{i}]" for i in c["citations"]) or "(no citation)"
+        lines.append(f"  {c['index']:>3}  {status:<32} {cited}")
+        if c.get("text"):
+            lines.append(f"       {_clip(c['text'])}")
+    lines.append("(--format json prints the whole report, with the body the client receives)")
+    return "\n".join(lines) + "\n"

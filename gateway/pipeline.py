@@ -222,9 +222,13 @@ class RoutePipeline:
         """
         outcome = judgement.outcome
         if outcome.decision is Decision.BLOCKED:
+            blocked = self.block_body(outcome, request_id)
+            kept = getattr(self.adapter, "kept_fields", None)  # rag-json's `rag.keep`
+            if kept is not None:
+                blocked = {**kept(answer), **blocked}  # the envelope's own keys win
             return Rendered(
                 self.policy.release.block_status,
-                dumps(self.block_body(outcome, request_id)),
+                dumps(blocked),
                 unchanged=False,
             )
         if (

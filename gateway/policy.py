@@ -36,6 +36,7 @@ from pydantic import (
     model_validator,
 )
 
+from gateway import jsonpointer
 from gateway.errors import PolicyError
 
 Protocol = Literal["openai-chat", "anthropic-messages", "rag-json"]
@@ -167,8 +168,26 @@ class RagSpec(_Model):
     context_source: str = "source"
     claim_text: str = "text"
     claim_citations: str = "citations"
+    # Envelope fields (`/status`, `/trace_id`) kept in every decision's body; everything else
+    # outside the answer, claims and context is dropped. Only scalar values are kept.
+    keep: list[str] = Field(default_factory=list)
 
     _pointers = field_validator("answer", "claims", "context")(_json_pointer)
+
+    @field_validator("keep")
+    @classmethod
+    def _keep_pointers(cls, value: list[str]) -> list[str]:
+        for pointer in value:
+            if pointer == "" or not pointer.startswith("/"):
+                raise ValueError(
+                    f"rag.keep entry {pointer!r} must be a JSON pointer to one field, "
+                    "e.g. '/status'"
+                )
+            try:
+                jsonpointer.parse(pointer)
+            except ValueError as e:
+                raise ValueError(str(e)) from None
+        return value
 
 
 class Route(_Model):

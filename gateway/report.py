@@ -152,9 +152,10 @@ def run(
     path: str | os.PathLike[str],
     out: TextIO | None = None,
     err: TextIO | None = None,
+    fmt: str = "json",
 ) -> int:
-    """`citewarden report PATH` ("-" reads stdin): print the summary as JSON. Exit 0, or 2
-    when the file cannot be read."""
+    """`citewarden report PATH` ("-" reads stdin): print the summary as JSON, or with
+    `fmt="text"` as a short summary for a person. Exit 0, or 2 when the file cannot be read."""
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     try:
@@ -168,5 +169,50 @@ def run(
         reason = e.strerror or str(e)
         err.write(f"citewarden report: cannot read {os.fspath(path)}: {reason}\n")
         return 2
-    out.write(json.dumps(summary, indent=2) + "\n")
+    out.write(text_summary(summary) if fmt == "text" else json.dumps(summary, indent=2) + "\n")
     return 0
+
+
+def _pct(rate: object) -> str:
+    return f"{100 * rate:.1f}%" if isinstance(rate, int | float) else "-"
+
+
+def _ms_line(latency: object) -> str:
+    if not isinstance(latency, dict) or not latency.get("count"):
+        return "no verification timings"
+    return "  ".join(f"{q} {latency[q]} ms" for q in ("p50", "p95", "p99"))
+
+
+def text_summary(summary: dict[str, object]) -> str:
+    """`report --format text`: the decision mix, top failure reasons, latency and routes."""
+    total = summary["total"]
+    decisions = summary["decisions"]
+    rates = summary["decision_rates"]
+    reasons = summary["failure_reasons"]
+    routes = summary["routes"]
+    assert isinstance(decisions, dict) and isinstance(rates, dict)
+    assert isinstance(reasons, dict) and isinstance(routes, dict)
+    policies = summary["policies"]
+    names = ", ".join(str(p) for p in policies) if isinstance(policies, list) else ""
+    lines = [f"{total} requests" + (f"  policies {names}" if names else "")]
+    if decisions:
+        mix = ", ".join(f"{d} {n} ({_pct(rates.get(d))})" for d, n in decisions.items())
+        lines.append(f"decisions        {mix}")
+    shadow = summary.get("shadow_decisions")
+    if isinstance(shadow, dict) and shadow:
+        lines.append("shadow would-be  " + ", ".join(f"{d} {n}" for d, n in shadow.items()))
+    if reasons:
+        top = list(reasons.items())[:TOP_REASONS]
+        lines.append("failure reasons  " + ", ".join(f"{r} {n}" for r, n in top))
+    lines.append(f"verification     {_ms_line(summary['verification_ms'])}")
+    for name, route in routes.items():
+        assert isinstance(route, dict)
+        lines.append(
+            f"  route {name}: {route['requests']} requests, "
+            f"abstained {_pct(route['abstention_rate'])}, partial {_pct(route['strip_rate'])}, "
+            f"blocked {_pct(route['block_rate'])}"
+        )
+    skipped, bad = summary["skipped_lines"], summary["unparseable_lines"]
+    if skipped or bad:
+        lines.append(f"({skipped} other log lines skipped, {bad} unreadable)")
+    return "\n".join(lines) + "\n"

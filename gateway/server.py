@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import sys
@@ -53,6 +54,9 @@ class Settings:
     log_level: str = "info"
     workers: int = 1
     extra_servers: list[uvicorn.Server] = field(default_factory=list)
+    # Listening sockets bound before start-up (a busy port is one line, not a traceback),
+    # by the port their server is configured with.
+    sockets: dict[int, socket.socket] = field(default_factory=dict)
 
 
 class _Server(uvicorn.Server):
@@ -180,12 +184,13 @@ async def run(
         shadow=[p.label for p in store.current.policies if p.policy.mode == "shadow"],
         loop=type(loop).__module__.split(".")[0],  # "uvloop", or "asyncio" without it
     )
-    tasks = [
-        asyncio.create_task(
-            s.serve(sockets=[proxy_socket] if s is proxy_server and proxy_socket else None)
-        )
-        for s in servers
-    ]
+    def sockets_for(s: uvicorn.Server) -> list[socket.socket] | None:
+        if s is proxy_server and proxy_socket:
+            return [proxy_socket]
+        bound = settings.sockets.get(s.config.port)
+        return [bound] if bound is not None else None
+
+    tasks = [asyncio.create_task(s.serve(sockets=sockets_for(s))) for s in servers]
     if ready is not None:
         while not all(s.started for s in servers):
             await asyncio.sleep(0.01)
@@ -196,6 +201,34 @@ async def run(
         if watcher is not None:
             watcher.cancel()
         log.info("stopped")
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port, as uvicorn would bind it (it starts listening on it).
+    Raises OSError when the address is taken or the host unknown."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _bind_all(settings: Settings, demo_server: uvicorn.Server | None) -> str | None:
+    """Bind the proxy and admin ports into `settings.sockets`; None, or the one-line reason
+    why a port cannot be had (every socket bound so far is closed again)."""
+    wanted = [(settings.host, settings.port), (settings.host, settings.admin_port)]
+    if demo_server is not None:
+        wanted.append(("127.0.0.1", demo_server.config.port))
+    for host, port in wanted:
+        try:
+            settings.sockets[port] = listen(host, port)
+        except OSError as e:
+            for sock in settings.sockets.values():
+                sock.close()
+            settings.sockets.clear()
+            # create_server rewrites strerror to repeat the address: name the errno instead.
+            reason = (os.strerror(e.errno) if e.errno else str(e)).lower()
+            return f"cannot listen on {host}:{port}: {reason}"
+    return None
 
 
 def free_port() -> int:
@@ -227,7 +260,15 @@ def settings_from_args(
 
 
 def serve_from_args(args: argparse.Namespace, policies: Sequence[str], *, demo: bool) -> int:
-    audit.configure_logging(level=args.log_level)
+    audit_file: str | None = getattr(args, "audit_file", None)  # `demo --audit-file`
+    log_stream = None
+    if audit_file:
+        try:
+            log_stream = open(audit_file, "a", encoding="utf-8")  # noqa: SIM115 - for the run
+        except OSError as e:
+            print(f"citewarden: cannot open audit file {audit_file}: {e.strerror}", file=sys.stderr)
+            return 2
+    audit.configure_logging(stream=log_stream, level=args.log_level)
     extra: list[uvicorn.Server] = []
     if demo:
         from gateway.demo.app import create_demo_app
@@ -255,10 +296,18 @@ def serve_from_args(args: argparse.Namespace, policies: Sequence[str], *, demo: 
 
         return supervise(settings, build_check)
     del build_check
+    failure = _bind_all(settings, extra[0] if demo else None)
+    if failure is not None:
+        print(f"citewarden: {failure}", file=sys.stderr)
+        return 1
     if demo:
         host = "localhost" if settings.host in ("0.0.0.0", "::") else settings.host
         print(
-            banner(f"http://{host}:{settings.port}", f"http://{host}:{settings.admin_port}"),
+            banner(
+                f"http://{host}:{settings.port}",
+                f"http://{host}:{settings.admin_port}",
+                audit_file=audit_file,
+            ),
             flush=True,
         )
     with asyncio.Runner(loop_factory=loop_factory()) as runner:

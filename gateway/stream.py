@@ -32,6 +32,7 @@ from gateway.types import (
     Decision,
     Outcome,
     Report,
+    TemplateName,
 )
 
 Json = dict[str, Any]
@@ -71,6 +72,22 @@ class _OpenAIFramer:
             }
             if data.get("system_fingerprint") is not None:
                 self.head["system_fingerprint"] = data["system_fingerprint"]
+
+    @property
+    def started(self) -> bool:
+        return self.role_sent
+
+    def template_body(self, text: str) -> Json:
+        """A whole chat.completion answering `text`, for a stream that ends in a template."""
+        head = {k: v for k, v in (self.head or {}).items() if k != "object"}
+        message = {"role": "assistant", "content": text, "refusal": None}
+        return {
+            **head,
+            "object": "chat.completion",
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}
+            ],
+        }
 
     def _frame(self, delta: Json) -> bytes:
         chunk: Json = {
@@ -147,6 +164,26 @@ class _AnthropicFramer:
     @staticmethod
     def _ev(data: Json) -> bytes:
         return _json_event(data, str(data["type"]))
+
+    @property
+    def started(self) -> bool:
+        return self.opened
+
+    def template_body(self, text: str) -> Json:
+        """A whole message answering `text`, for a stream that ends in a template."""
+        start = (self.start or {}).get("message")
+        msg: Json = dict(start) if isinstance(start, dict) else {}
+        usage = msg.get("usage")
+        return {
+            "id": msg.get("id", ""),
+            "type": "message",
+            "role": "assistant",
+            "model": msg.get("model", ""),
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": dict(usage) if isinstance(usage, dict) else {},
+        }
 
     def opening(self) -> bytes:
         if self.opened:
@@ -345,6 +382,7 @@ class ProgressiveRelease:
         self.served = False
         self.judge_seconds = 0.0
         self.usage: Mapping[str, int] = {}
+        self.include_usage = include_usage
 
     @property
     def verify_seconds(self) -> float:
@@ -414,6 +452,11 @@ class ProgressiveRelease:
                     out.append(
                         self.framer.text("\n\n" + self.pipeline.policy.release.templates.partial)
                     )
+            case Decision.ABSTAINED | Decision.REVIEW if not self.framer.started:
+                body = self.pipeline.adapter.render(
+                    answer, judgement.claims, outcome, judgement.report, self.pipeline.policy
+                )
+                return b"".join(out) + self._abstain(outcome, body)
             case Decision.BLOCKED | Decision.ABSTAINED | Decision.REVIEW:
                 return b"".join(out) + self._fail(outcome)
             case _:
@@ -449,15 +492,40 @@ class ProgressiveRelease:
                 self.stripped = True
                 return b""
             case "failed":
-                outcome = Outcome(Decision.BLOCKED, reason=verdict.reason, claim_index=claim.index)
-                return self._fail(outcome)
+                return self._fail(self._unverified_outcome(verdict))
             case "errored":
                 kind = verdict.error_kind or "error"
                 return self._fail(self.pipeline.infrastructure_outcome(kind))
             case _:
                 raise AssertionError(f"unhandled verdict {verdict.verdict!r}")
 
+    def _unverified_outcome(self, verdict: ClaimReport) -> Outcome:
+        """What a failing claim decides mid-stream: what `release.decide` gives the answer."""
+        reason, index = verdict.reason, verdict.claim.index
+        match self.pipeline.policy.release.on_unverified:
+            case "abstain":
+                template: TemplateName = (
+                    "stale_source" if reason == "stale_source" else "no_evidence"
+                )
+                return Outcome(Decision.ABSTAINED, reason, index, template)
+            case "review":
+                return Outcome(Decision.REVIEW, reason, index, "review_required")
+            case _:
+                return Outcome(Decision.BLOCKED, reason=reason, claim_index=index)
+
+    def _abstain(self, outcome: Outcome, body: Mapping[str, Any]) -> bytes:
+        """Nothing went out yet: stream `body` (the abstention template in the protocol's
+        answer shape) as the whole answer, ending normally, as buffer mode would (DESIGN §5)."""
+        self.closed = True
+        self.decision = outcome.decision.value
+        self.outcome = outcome
+        events = self.pipeline.adapter.to_stream(body, self.include_usage)
+        return b"".join(encode(e) for e in events)
+
     def _fail(self, outcome: Outcome) -> bytes:
+        if outcome.decision in (Decision.ABSTAINED, Decision.REVIEW) and not self.framer.started:
+            text = template_text(outcome, self.pipeline.policy.release.templates)
+            return self._abstain(outcome, self.framer.template_body(text or ""))
         self.closed = True
         self.decision = outcome.decision.value
         self.outcome = outcome

@@ -169,9 +169,12 @@ class DemoUpstream:
         answer = choose(question)
         return JSONResponse(
             {
+                "status": "ok",
+                "trace_id": hashlib.sha256(question.encode()).hexdigest()[:16],
                 "answer": answer.text,
                 "sources": [chunk_json(c) for c in answer.retrieved],
                 "model": DEMO_MODEL,
+                "retrieval": {"index": "k7-handbook", "hits": len(answer.retrieved)},
             },
             headers=_context_headers(answer),
         )

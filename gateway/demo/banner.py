@@ -29,14 +29,28 @@ def _curl(url: str, body: Mapping[str, object], *headers: str) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def banner(gateway_url: str, admin_url: str) -> str:
-    """The start-up text for a gateway at `gateway_url` with its admin port at `admin_url`."""
+def _audit_lines(audit_file: str | None) -> list[str]:
+    if audit_file is None:
+        return [
+            "  (audit events follow below as JSON lines; `--audit-file PATH` writes them to a",
+            "   file instead, for `citewarden report PATH`)",
+        ]
+    return [
+        f"  audit events -> {audit_file}",
+        f"  (summarise them with: citewarden report {shlex.quote(audit_file)})",
+    ]
+
+
+def banner(gateway_url: str, admin_url: str, *, audit_file: str | None = None) -> str:
+    """The start-up text for a gateway at `gateway_url` with its admin port at `admin_url`,
+    writing its log to `audit_file` (None: stdout, after the banner)."""
     chat = f"{gateway_url}/v1/chat/completions"
     lines = [
         "citewarden demo: the gateway is verifying answers from the embedded demo upstream",
         f"  gateway  {gateway_url}    admin  {admin_url}/metrics  {admin_url}/healthz",
         "  (policies: gateway/demo/policy-strict.yaml, gateway/demo/policy.yaml;",
         "   the answers cite a fictional battery's handbook)",
+        *_audit_lines(audit_file),
         "",
         "Ask through the gateway; x-citewarden-decision says what happened:",
     ]

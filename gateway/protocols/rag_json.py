@@ -1,9 +1,14 @@
 """rag-json: any JSON RAG endpoint, read through the route's RFC 6901 pointers.
 
 The answer text (`rag.answer`) is a content channel; a structured claims list (`rag.claims`,
-items `{text, citations}`) is a content channel whose `structured` holds the claims. A body
-the gateway rewrites (partial, abstained, review) keeps only the fields the pointers name,
-because fields outside them have an unknown meaning and could repeat withheld text.
+items `{text, citations}`) is a content channel whose `structured` holds the claims.
+
+Field table (DESIGN §2): the answer and claims are channels; the context list is trusted
+retrieval output, kept as it came; the envelope fields named by `rag.keep` are checked metadata,
+kept in every decision's body (released, partial, abstained, review, blocked) when their value
+is a scalar (a string of at most `KEEP_MAX_CHARS` characters, a number, a boolean or null);
+everything else is dropped on every decision, because a field of unknown meaning could repeat
+withheld text. A body with a duplicate key is ambiguous and fails closed.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import copy
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gateway import jsonpointer
@@ -30,10 +36,45 @@ from gateway.protocols.base import (
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Channel, Claim, ContextSet, Decision, Outcome, Report
 
-__all__ = ["RagJson", "RagJsonStreamParser"]
+__all__ = ["KEEP_MAX_CHARS", "RagAnswer", "RagJson", "RagJsonStreamParser", "reject_duplicate_keys"]
 
 NAME = "rag-json"
 Json = dict[str, Any]
+KEEP_MAX_CHARS = 256  # a kept string longer than this is not metadata: dropped
+
+
+@dataclass(slots=True)
+class RagAnswer(Answer):
+    """An Answer that remembers the route's RagSpec, so rendering keeps that route's fields."""
+
+    spec: RagSpec | None = None
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> None:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            # The key itself is upstream content: never echoed.
+            raise ProtocolError("rag-json: the upstream body repeats a key in one JSON object")
+        seen.add(key)
+
+
+def reject_duplicate_keys(raw: bytes | str) -> None:
+    """Raise ProtocolError when any JSON object in `raw` has a key twice (an ambiguous body
+    that a client's parser may read differently from ours). A drop-in for a shared detector."""
+    try:
+        json.loads(raw, object_pairs_hook=_no_duplicates)
+    except ProtocolError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError("rag-json: the upstream body is not valid JSON") from exc
+
+
+def _keepable(value: object) -> bool:
+    """Scalar metadata only: a container could carry anything, a long string prose."""
+    if isinstance(value, str):
+        return len(value) <= KEEP_MAX_CHARS
+    return value is None or isinstance(value, bool | int | float)
 
 
 def _spec(route: Route) -> RagSpec:
@@ -53,7 +94,7 @@ def _citation_id(value: object) -> str:
 def parse_body(body: object, rag: RagSpec) -> Answer:
     if not isinstance(body, Mapping):
         raise ProtocolError("rag-json: response body is not a JSON object")
-    answer = Answer(protocol=NAME, body=dict(body))
+    answer = RagAnswer(protocol=NAME, body=dict(body), spec=rag)
     found = False
     if rag.answer is not None:
         text = jsonpointer.resolve(body, rag.answer)
@@ -120,6 +161,25 @@ def _project(node: Any, paths: list[tuple[str, ...]]) -> Any:
     return None
 
 
+def _keep(out: Json, body: Mapping[str, Any], tokens: tuple[str, ...]) -> None:
+    """Copy the field at `tokens` from `body` into `out` if it is keepable metadata. Kept
+    pointers name fields of objects; a path through a list, or a non-scalar value, keeps
+    nothing."""
+    node: Any = body
+    for t in tokens:
+        if not isinstance(node, Mapping) or t not in node:
+            return
+        node = node[t]
+    if not _keepable(node):
+        return
+    dst: Any = out
+    for t in tokens[:-1]:
+        dst = dst.setdefault(t, {})
+        if not isinstance(dst, dict):
+            return  # the answer or context already holds something else there
+    dst.setdefault(tokens[-1], node)
+
+
 def _set(doc: Any, tokens: Sequence[str], value: object) -> None:
     node = doc
     for t in tokens[:-1]:
@@ -145,6 +205,7 @@ class RagJsonStreamParser:
     def feed(self, event: SSEEvent) -> list[TextDelta]:
         if event.event == "error":
             raise ProtocolError("rag-json: the stream carried an error event")
+        reject_duplicate_keys(event.data)
         try:
             self._last = json.loads(event.data)
         except ValueError as exc:
@@ -175,7 +236,22 @@ class RagJson:
         return RagJsonStreamParser(_spec(route))
 
     def needs_rewrite(self, answer: Answer, policy: Policy) -> bool:
-        return False
+        """Released bytes go out unchanged only when nothing outside the answer, claims,
+        context and kept fields was in them."""
+        return self._skeleton(answer, policy) != answer.body
+
+    def check_raw(self, raw: bytes) -> None:
+        """Refuse an upstream body the parsed form cannot represent (duplicate keys)."""
+        reject_duplicate_keys(raw)
+
+    def kept_fields(self, answer: Answer) -> Json:
+        """The `rag.keep` fields of this answer with scalar values, as a JSON skeleton (merged
+        into the blocked envelope, under keys the envelope does not use)."""
+        out: Json = {}
+        spec = answer.spec if isinstance(answer, RagAnswer) else None
+        for pointer in spec.keep if spec is not None else ():
+            _keep(out, answer.body, jsonpointer.parse(pointer))
+        return out
 
     def render(
         self,
@@ -187,7 +263,7 @@ class RagJson:
     ) -> dict[str, object]:
         match outcome.decision:
             case Decision.RELEASED:
-                return copy.deepcopy(dict(answer.body))
+                return self._skeleton(answer, policy)
             case Decision.PARTIAL:
                 return self._partial(answer, claims, outcome, policy)
             case Decision.ABSTAINED:
@@ -209,13 +285,15 @@ class RagJson:
 
     def _skeleton(self, answer: Answer, policy: Policy) -> Json:
         # The context list is trusted retrieval output, so it is kept alongside the answer.
-        extra = [
-            jsonpointer.parse(r.context)
-            for r in _routes_for(answer, policy)
-            if r.context is not None
-        ]
+        spec = answer.spec if isinstance(answer, RagAnswer) else None
+        specs = [spec] if spec is not None else _routes_for(answer, policy)
+        extra = [jsonpointer.parse(r.context) for r in specs if r.context is not None]
         body = _project(answer.body, [*self._paths(answer), *extra])
-        return body if isinstance(body, dict) else {}
+        if not isinstance(body, dict):
+            return {}
+        for pointer in spec.keep if spec is not None else ():
+            _keep(body, answer.body, jsonpointer.parse(pointer))
+        return body
 
     def _template(self, answer: Answer, policy: Policy, text: str) -> Json:
         body: Json = self._skeleton(answer, policy)
