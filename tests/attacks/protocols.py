@@ -88,7 +88,7 @@ class Plant:
             return Json(body, status=self.status, headers=self.headers)
         if self.stream is None:
             return None
-        return Stream(self.stream(), seed=7, max_piece=48, headers=self.headers)
+        return Stream(self.stream(), seed=7, max_piece=256, delay=0.0, headers=self.headers)
 
 
 @dataclass(frozen=True)
