@@ -152,7 +152,9 @@ def build_request(
 def exchange(address: tuple[str, int], request: bytes, *, timeout: float = 15.0) -> RawResponse:
     """Send `request` on a fresh connection and read until the gateway closes it."""
     with socket.create_connection(address, timeout=timeout) as sock:
-        sock.sendall(request)
+        # The gateway may refuse before reading it all; its answer may still be there.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(request)
         chunks = []
         deadline = time.monotonic() + timeout
         while True:
@@ -161,6 +163,8 @@ def exchange(address: tuple[str, int], request: bytes, *, timeout: float = 15.0)
             try:
                 data = sock.recv(65536)
             except ConnectionResetError:
+                if not chunks:
+                    raise
                 break
             if not data:
                 break
@@ -221,10 +225,17 @@ def leaks(response: RawResponse, marker: str = MARKER) -> list[str]:
             break
     # A stream spreads one text over many frames: join each JSON path's strings across the
     # frames, in order, so a marker cut into pieces ("ZQXM" + "ARKER") is found whole.
+    # The same with list indices collapsed: a marker spread over list items (logprob tokens,
+    # content parts) is found too.
     by_path: dict[tuple[str, ...], list[str]] = {}
+    by_shape: dict[tuple[str, ...], list[str]] = {}
     for doc in docs:
         _path_strings(doc, (), by_path)
-    if any(m in "".join(parts).lower() for parts in by_path.values()):
+    for path, parts in by_path.items():
+        shape = tuple("*" if p.isdigit() else p for p in path)
+        by_shape.setdefault(shape, []).extend(parts)
+    joined = [*by_path.values(), *by_shape.values()]
+    if any(m in "".join(parts).lower() for parts in joined):
         found.append("a streamed text")
     return found
 

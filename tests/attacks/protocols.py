@@ -270,8 +270,11 @@ def _oa_logprobs_differ() -> Plant:
         body["choices"][0]["logprobs"] = {"content": _tokens(BAD), "refusal": None}
 
     def stream_fn(chunks: list[dict[str, Any]]) -> None:
-        for c in chunks[1:-1]:
-            c["choices"][0]["logprobs"] = {"content": _tokens(BAD)[:1], "refusal": None}
+        # one token of the hallucinated text per content delta; the last delta takes the rest
+        tokens, content = _tokens(BAD), chunks[1:-1]
+        for i, c in enumerate(content):
+            mine = tokens[i : i + 1] if i < len(content) - 1 else tokens[i:]
+            c["choices"][0]["logprobs"] = {"content": mine, "refusal": None}
 
     return Plant(json=_oa_mut(json_fn), stream=_oa_stream_mut(stream_fn))
 

@@ -216,7 +216,7 @@ def test_oversized_request_head_is_431(
     request = build_request("GET", "/v1/models", host=gateway.host, headers=headers)
     try:
         resp = exchange(gateway.address, request)
-    except (ConnectionResetError, BrokenPipeError):
+    except ConnectionResetError:
         pytest.fail("the gateway reset the connection instead of answering 431")
     assert resp.status == 431, resp.status_line
     assert len(up.requests) == before
