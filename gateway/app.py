@@ -17,7 +17,7 @@ import orjson
 
 from gateway import audit, retry
 from gateway.deferred import Deferred
-from gateway.errors import BodyTooLarge, ProtocolError, map_exception
+from gateway.errors import BodyTooLarge, GatewayError, ProtocolError, map_exception
 from gateway.metrics import Metrics
 from gateway.pipeline import Judgement, KnownVerdicts, Pipelines, RoutePipeline, dumps
 from gateway.policy import PolicyStore
@@ -161,6 +161,7 @@ class _Exchange:
         self.content_type = b""
         self.ended = False  # the last body message went out
         self.audited = False  # the exchange's one audit line is written (or on its way)
+        self.cause: str | None = None  # the class of the foreign exception behind a failure
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -350,13 +351,21 @@ class _Exchange:
     async def _upstream_failure(self, pipeline: RoutePipeline, e: Exception) -> None:
         await self.fail(e)
 
+    def _mapped(self, exc: Exception) -> GatewayError:
+        """`exc` as a gateway error; the class of a foreign one is kept for the audit line (its
+        name only: its text may quote upstream bytes)."""
+        err = map_exception(exc)
+        if err is not exc:
+            self.cause = type(exc).__name__
+        return err
+
     async def fail(self, exc: Exception) -> None:
         """The exchange's one failure boundary: `exc`, mapped to a gateway error
         (gateway/errors.py), answered with the protocol's error envelope (the gateway's JSON
         error off verified routes) at the error's 502 / 504 — or, when the answer has begun,
         ended with the protocol's error event and never a clean end — and audited once, with
         decision `error`. Messages are the gateway's own: never upstream text."""
-        err = map_exception(exc)
+        err = self._mapped(exc)
         pipeline = self.pipeline
         if self.status == 0:
             if pipeline is not None:
@@ -547,7 +556,7 @@ class _Exchange:
                         await self.body(out, more=True)
                 out = release.feed(decoder.finish()) + release.finish()
             except Exception as e:  # mapped at the boundary (gateway/errors.py)
-                out = release.abort(f"upstream failed: {map_exception(e)}")
+                out = release.abort(f"upstream failed: {self._mapped(e)}")
             self.upstream_seconds += time.perf_counter() - t0
             await self.body(out)
         if release.judgement is not None:
@@ -586,6 +595,7 @@ class _Exchange:
             decision=decision,
             reason=reason,
             total_ms=round(total * 1000, 3),
+            cause=self.cause,
         )
 
     def _account(
@@ -653,6 +663,7 @@ class _Exchange:
             verification_ms=round((verify_seconds or 0.0) * 1000, 3),
             total_ms=round(total * 1000, 3),
             include_text=pipeline.policy.audit.include_text,
+            cause=self.cause,
         )
         if report is not None and outcome is not None and outcome.decision is Decision.REVIEW:
             audit.review_requested(

@@ -331,6 +331,8 @@ def test_a_100000_level_json_frame_in_a_stream(env: Env, route: Route) -> None:
         route.assert_error_end(env, r, rid)
     else:
         route.assert_failed(env, r, rid)
+    # The audit line names the foreign exception's class, never its text.
+    assert [e["cause"] for e in audit_lines(env, rid)] == ["RecursionError"]
 
 
 def _deep_frame() -> bytes:
@@ -444,7 +446,8 @@ def test_a_bug_before_routing_is_a_gateway_json_error(
     r, rid = PASSTHROUGH.send(env, {})
     PASSTHROUGH.assert_failed(env, r, rid)
     assert MARKER not in r.text
-    assert assert_one_error_audit(env, rid, 502)["reason"] == "internal_error"
+    line = assert_one_error_audit(env, rid, 502)
+    assert (line["reason"], line["cause"]) == ("internal_error", "TypeError")
 
 
 def test_a_bug_while_relaying_a_passthrough_answer(
