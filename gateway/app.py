@@ -45,6 +45,10 @@ SSE = b"text/event-stream; charset=utf-8"
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
+# The request path (with its query) in an audit line is cut here: it is the client's to choose.
+_LOGGED_PATH_MAX = 256
+
+
 def _verified_headers(up_headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
     """The upstream headers a verified route relays, in every decision (an allow-list of
     shape-checked values: gateway/upstream.py `verified_response_headers`)."""
@@ -596,6 +600,7 @@ class _Exchange:
             reason=reason,
             total_ms=round(total * 1000, 3),
             cause=self.cause,
+            path=self.path_qs[:_LOGGED_PATH_MAX],  # its credentials redacted by audit.py
         )
 
     def _account(
@@ -664,6 +669,7 @@ class _Exchange:
             total_ms=round(total * 1000, 3),
             include_text=pipeline.policy.audit.include_text,
             cause=self.cause,
+            path=self.path_qs[:_LOGGED_PATH_MAX],  # its credentials redacted by audit.py
         )
         if report is not None and outcome is not None and outcome.decision is Decision.REVIEW:
             audit.review_requested(
