@@ -464,3 +464,19 @@ def test_a_bug_while_relaying_a_passthrough_answer(
     r, rid = PASSTHROUGH.send(env, env.raw.on([reply]))
     PASSTHROUGH.assert_failed(env, r, rid)
     assert MARKER not in r.text
+
+
+@routes([PASSTHROUGH, JSON_ROUTES[0], PROGRESSIVE[0]])
+def test_a_bug_inside_a_parser_callback_is_an_error_answer(
+    env: Env, route: Route, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gateway.http1
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise LookupError(MARKER)
+
+    # httptools wraps what a callback raises; the client maps what it finds inside.
+    monkeypatch.setattr(gateway.http1.Connection, "on_header", broken)
+    r, rid = route.send(env, env.raw.on([head(200, content_type(route), ("content-length", "2"))]))
+    route.assert_failed(env, r, rid)
+    assert MARKER not in r.text
