@@ -47,6 +47,7 @@ from tests.upstream_app import (
 
 MARKER = "ZQXMARKERZQX"
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+HTTP_DATE = "Wed, 21 Oct 2015 07:28:00 GMT"
 
 
 @dataclass
@@ -328,3 +329,31 @@ def test_shadow_mode_relays_only_allow_listed_headers_too(stack: Stack, case: Ca
     assert_no_marker(r)
     for name, value in RELAYED.items():
         assert r.headers.get(name) == value, name
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "relayed"),
+    [
+        ("Retry-After", HTTP_DATE, ("retry-after", HTTP_DATE)),
+        ("retry-after", "120", ("retry-after", "120")),
+        ("retry-after", "soon", None),
+        ("retry-after-ms", "1500.5", ("retry-after-ms", "1500.5")),
+        ("X-RateLimit-Reset-Tokens", "6m0s", ("x-ratelimit-reset-tokens", "6m0s")),
+        ("x-ratelimit-limit", "60, 100", None),
+        ("anthropic-ratelimit-unified-status", "allowed", ("anthropic-ratelimit-unified-status",
+                                                           "allowed")),
+        ("x-request-id", "r" * 128, ("x-upstream-request-id", "r" * 128)),
+        ("x-request-id", "r" * 129, None),
+        ("request-id", "req 1", None),
+        ("openai-processing-ms", "12ms", None),
+        ("traceparent", TRACEPARENT, ("traceparent", TRACEPARENT)),
+        ("traceparent", TRACEPARENT.upper(), None),
+        ("x-ratelimitx", "1", None),
+        ("ratelimit-remaining", "1", None),
+        ("content-type", "text/html", None),
+    ],
+)
+def test_verified_response_headers(name: str, value: str, relayed: tuple[str, str] | None) -> None:
+    from gateway.upstream import verified_response_headers
+
+    assert verified_response_headers([(name, value)]) == ([relayed] if relayed else [])
