@@ -8,6 +8,7 @@ in progressive streaming where each claim is released only once it has verified.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -16,15 +17,20 @@ import orjson
 
 from gateway import audit, retry
 from gateway.deferred import Deferred
-from gateway.errors import BodyTooLarge, ProtocolError, UpstreamError
+from gateway.errors import BodyTooLarge, GatewayError, ProtocolError, map_exception
 from gateway.metrics import Metrics
 from gateway.pipeline import Judgement, KnownVerdicts, Pipelines, RoutePipeline, dumps
 from gateway.policy import PolicyStore
-from gateway.sse import SSEDecoder
+from gateway.sse import SSEDecoder, encode
 from gateway.stream import ProgressiveRelease, StreamVerifier
 from gateway.turns import Turns
 from gateway.types import Decision, Outcome, Report
-from gateway.upstream import Upstream, forward_request_headers, response_headers
+from gateway.upstream import (
+    Upstream,
+    forward_request_headers,
+    response_headers,
+    verified_response_headers,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -34,20 +40,21 @@ Send = Callable[[Message], Awaitable[None]]
 JSON = b"application/json"
 SSE = b"text/event-stream; charset=utf-8"
 
-# Upstream response headers relayed on a non-2xx answer (DESIGN §7: "safe headers").
-SAFE_ERROR_HEADERS = frozenset(
-    {
-        "retry-after",
-        "x-request-id",
-        "request-id",
-        "openai-processing-ms",
-        "anthropic-ratelimit-unified-reset",
-    }
-)
+# A client's x-request-id is propagated only in this shape (DESIGN §7); any other value is
+# replaced by a fresh id, and is neither echoed nor logged.
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
-def _safe_error_header(name: str) -> bool:
-    return name in SAFE_ERROR_HEADERS or "ratelimit" in name or "rate-limit" in name
+# The request path (with its query) in an audit line is cut here: it is the client's to choose.
+_LOGGED_PATH_MAX = 256
+
+
+def _verified_headers(up_headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """The upstream headers a verified route relays, in every decision (an allow-list of
+    shape-checked values: gateway/upstream.py `verified_response_headers`)."""
+    return [
+        (k.encode("latin-1"), v.encode("latin-1")) for k, v in verified_response_headers(up_headers)
+    ]
 
 
 def _gateway_error(code: str, message: str) -> bytes:
@@ -79,7 +86,11 @@ class ProxyApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            await _Exchange(self, scope, receive, send).run()
+            exchange = _Exchange(self, scope, receive, send)
+            try:
+                await exchange.run()
+            except Exception as exc:  # the last resort: never a bare 500, never a traceback
+                await exchange.fail(exc)
         elif kind == "websocket":
             # Refused before accept: the server answers the upgrade with 403.
             await send({"type": "websocket.close", "code": 1008, "reason": "citewarden: refused"})
@@ -139,7 +150,10 @@ class _Exchange:
             k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self.raw_headers
         }
         # 32 random hex digits, as uuid4().hex but without building a UUID object.
-        self.request_id = self.headers.get("x-request-id") or os.urandom(16).hex()
+        given = self.headers.get("x-request-id")
+        self.request_id = (
+            given if given is not None and _REQUEST_ID.fullmatch(given) else os.urandom(16).hex()
+        )
         self.path: str = scope["path"]
         qs: bytes = scope.get("query_string", b"")
         self.path_qs = self.path + ("?" + qs.decode("latin-1") if qs else "")
@@ -149,6 +163,12 @@ class _Exchange:
         self.upstream_seconds = 0.0
         self.streaming = False
         self.status = 0
+        # What the failure boundary (`fail`) needs to know about the answer so far.
+        self.pipeline: RoutePipeline | None = None
+        self.content_type = b""
+        self.ended = False  # the last body message went out
+        self.audited = False  # the exchange's one audit line is written (or on its way)
+        self.cause: str | None = None  # the class of the foreign exception behind a failure
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -174,11 +194,13 @@ class _Exchange:
         if extra:
             headers.extend(extra)
         self.status = status
+        self.content_type = content_type
         await self.send({"type": "http.response.start", "status": status, "headers": headers})
 
     async def body(self, data: bytes, more: bool = False) -> None:
         if self.first_byte is None:
             self.first_byte = time.perf_counter()
+        self.ended = not more
         await self.send({"type": "http.response.body", "body": data, "more_body": more})
 
     async def respond(
@@ -268,13 +290,13 @@ class _Exchange:
                 async for chunk in resp.iter_bytes():
                     await self.body(chunk, more=True)
                 await self.body(b"")
-        except UpstreamError as e:
-            if self.status == 0:
-                await self.respond(e.status, _gateway_error("upstream_error", str(e)))
+        except Exception as e:  # answered and audited at the exchange's one boundary
+            await self.fail(e)
 
     # -- verified routes ---------------------------------------------------------------------
 
     async def _verified(self, pipeline: RoutePipeline) -> None:
+        self.pipeline = pipeline
         adapter = pipeline.adapter
         try:
             raw = await self.read_body()
@@ -307,7 +329,7 @@ class _Exchange:
                 await self._buffered(
                     pipeline, request, raw, headers, info.stream, info.include_usage
                 )
-        except UpstreamError as e:
+        except Exception as e:
             await self._upstream_failure(pipeline, e)
 
     async def _error(
@@ -333,11 +355,40 @@ class _Exchange:
     ) -> None:
         await self._error(pipeline, status, kind, message)
 
-    async def _upstream_failure(self, pipeline: RoutePipeline, e: UpstreamError) -> None:
-        if self.status != 0:
-            return  # progressive stream: the error event was already sent by the streamer
-        kind = "upstream_timeout" if e.status == 504 else "upstream_error"
-        await self._error(pipeline, e.status, kind, f"upstream failed: {e}")
+    async def _upstream_failure(self, pipeline: RoutePipeline, e: Exception) -> None:
+        await self.fail(e)
+
+    def _mapped(self, exc: Exception) -> GatewayError:
+        """`exc` as a gateway error; the class of a foreign one is kept for the audit line (its
+        name only: its text may quote upstream bytes)."""
+        err = map_exception(exc)
+        if err is not exc:
+            self.cause = type(exc).__name__
+        return err
+
+    async def fail(self, exc: Exception) -> None:
+        """The exchange's one failure boundary: `exc`, mapped to a gateway error
+        (gateway/errors.py), answered with the protocol's error envelope (the gateway's JSON
+        error off verified routes) at the error's 502 / 504 — or, when the answer has begun,
+        ended with the protocol's error event and never a clean end — and audited once, with
+        decision `error`. Messages are the gateway's own: never upstream text."""
+        err = self._mapped(exc)
+        pipeline = self.pipeline
+        if self.status == 0:
+            if pipeline is not None:
+                await self._error(pipeline, err.status, err.kind, str(err))
+                return
+            body = _gateway_error(err.kind, f"citewarden: {err}")
+            await self.respond(err.status, body)
+        elif not self.ended and pipeline is not None and self.content_type == SSE:
+            event = pipeline.adapter.error_event(f"citewarden: {err}", err.kind)
+            await self.body(encode(event))
+        # Else a passthrough body is under way: returning without its end makes the server cut
+        # the connection, so the client sees a truncated answer, never a complete one.
+        if pipeline is not None:
+            self._account(pipeline, "error", None, None, reason=err.kind)
+        else:
+            self._account_unverified("error", err.kind)
 
     async def _call_upstream(
         self,
@@ -383,18 +434,18 @@ class _Exchange:
     async def _relay_error(
         self, pipeline: RoutePipeline, status: int, headers: list[tuple[str, str]], body: bytes
     ) -> None:
-        """Upstream non-2xx: status and safe headers relayed; its body only if it is an envelope."""
-        # Header names arrive as the upstream spelled them ("Retry-After"): compare lowered.
-        extra = [
-            (k.lower().encode("latin-1"), v.encode("latin-1"))
-            for k, v in headers
-            if _safe_error_header(k.lower())
-        ]
-        try:
-            parsed = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            parsed = None
-        relayed = body if pipeline.is_error_envelope(parsed) else None
+        """Upstream non-2xx (DESIGN §7): status and the allow-listed headers relayed. A 4xx body
+        that is the protocol's error envelope is rebuilt from its known fields (the message
+        capped); any other body, and every 5xx body, is replaced by a gateway envelope."""
+        extra = _verified_headers(headers)
+        rebuilt: dict[str, object] | None = None
+        if 400 <= status < 500:
+            try:
+                parsed = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                parsed = None
+            rebuilt = pipeline.adapter.relay_error(parsed)
+        relayed = dumps(rebuilt) if rebuilt is not None else None
         await self._error(
             pipeline,
             status,
@@ -431,10 +482,8 @@ class _Exchange:
                     # The stream's claims were verified as they came: what is left is small,
                     # and queueing it behind whole answers would only delay its release.
                     answer, judgement, verify_seconds = _judge(*args)
-            except (ProtocolError, ValueError, UnicodeDecodeError) as e:
-                await self._error(
-                    pipeline, 502, "bad_upstream_answer", f"unusable upstream answer: {e}"
-                )
+            except Exception as e:  # an unusable answer, or the upstream failed
+                await self.fail(e)
                 return
             decision = judgement.outcome.decision
             if decision is Decision.RELEASED or attempt == attempts - 1:
@@ -458,11 +507,7 @@ class _Exchange:
         outcome = judgement.outcome
         decision = outcome.decision.value
         shadow = pipeline.policy.mode == "shadow"
-        passthrough_headers = [
-            (k.encode("latin-1"), v.encode("latin-1"))
-            for k, v in response_headers(up_headers, decoded=True)
-            if k not in ("content-type", "x-request-id") and not k.startswith("x-citewarden-")
-        ]
+        passthrough_headers = _verified_headers(up_headers)
         ctype = SSE if stream else JSON
         if shadow:
             extra = [*passthrough_headers, (b"x-citewarden-mode", b"shadow")]
@@ -477,7 +522,7 @@ class _Exchange:
                 stream=stream,
                 include_usage=include_usage,
             )
-            extra = passthrough_headers if rendered.unchanged else []
+            extra = passthrough_headers
             content_type = ctype if rendered.status < 300 else JSON
             await self.respond(
                 rendered.status, rendered.body, content_type, extra, decision=decision
@@ -509,7 +554,7 @@ class _Exchange:
                 await self._error(pipeline, 502, "bad_upstream_answer", str(e))
                 return
             release = ProgressiveRelease(pipeline, ctx, self.request_id, include_usage)
-            await self.start(200, SSE, decision="progressive")
+            await self.start(200, SSE, _verified_headers(s.headers), decision="progressive")
             decoder = SSEDecoder()
             try:
                 async for chunk in s.iter_bytes():
@@ -517,8 +562,8 @@ class _Exchange:
                     if out:
                         await self.body(out, more=True)
                 out = release.feed(decoder.finish()) + release.finish()
-            except UpstreamError as e:
-                out = release.abort(f"upstream failed: {e}")
+            except Exception as e:  # mapped at the boundary (gateway/errors.py)
+                out = release.abort(f"upstream failed: {self._mapped(e)}")
             self.upstream_seconds += time.perf_counter() - t0
             await self.body(out)
         if release.judgement is not None:
@@ -537,7 +582,10 @@ class _Exchange:
 
     def _account_unverified(self, decision: str, reason: str | None = None) -> None:
         """Passthrough and refused requests: counted and audited, never verified. Recorded a
-        moment later, with this moment's timings (gateway/deferred.py)."""
+        moment later, with this moment's timings (gateway/deferred.py). Once per exchange."""
+        if self.audited:
+            return
+        self.audited = True
         self.app.deferred.call(self._record_unverified, decision, reason, time.perf_counter())
 
     def _record_unverified(self, decision: str, reason: str | None, now: float) -> None:
@@ -554,6 +602,8 @@ class _Exchange:
             decision=decision,
             reason=reason,
             total_ms=round(total * 1000, 3),
+            cause=self.cause,
+            path=self.path_qs[:_LOGGED_PATH_MAX],  # its credentials redacted by audit.py
         )
 
     def _account(
@@ -566,7 +616,10 @@ class _Exchange:
         reason: str | None = None,
     ) -> None:
         """Metrics and the audit line of a verified route's exchange, recorded a moment later
-        with this moment's timings (gateway/deferred.py)."""
+        with this moment's timings (gateway/deferred.py). Once per exchange."""
+        if self.audited:
+            return
+        self.audited = True
         self.app.deferred.call(
             self._record,
             pipeline,
@@ -618,6 +671,8 @@ class _Exchange:
             verification_ms=round((verify_seconds or 0.0) * 1000, 3),
             total_ms=round(total * 1000, 3),
             include_text=pipeline.policy.audit.include_text,
+            cause=self.cause,
+            path=self.path_qs[:_LOGGED_PATH_MAX],  # its credentials redacted by audit.py
         )
         if report is not None and outcome is not None and outcome.decision is Decision.REVIEW:
             audit.review_requested(

@@ -26,12 +26,38 @@ from structlog.typing import EventDict, Processor, WrappedLogger
 from .types import ClaimReport, Decision, Outcome, Report
 
 REDACTED: Final = "[redacted]"
+# DESIGN §7: credentials pass through to the upstream and are never logged.
 SENSITIVE_HEADERS: Final = frozenset(
-    {"authorization", "proxy-authorization", "x-api-key", "api-key", "cookie", "set-cookie"}
+    {
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "x-amz-security-token",
+        "cookie",
+        "set-cookie",
+    }
 )
 # Key names that hold credentials whatever their container: `upstream_token`, `client_secret`,
 # `password`, `openai_api_key`, ...
 SENSITIVE_KEY_PATTERN: Final = r"token|secret|passw(?:or)?d|api[-_]?key|credential"
+
+# A credential in a URL's query (Gemini's `key=`, `api_key=`, `access_token=`, a signature),
+# inside any logged string: the value is replaced, the parameter name kept.
+_QUERY_CREDENTIAL: Final = re.compile(
+    r"(?i)((?:^|[?&;])[\w.-]*(?:key|token|secret|passw(?:or)?d|credential|signature|sig)=)"
+    r"[^&#;\s\"']*"
+)
+QUERY_REDACTED: Final = "REDACTED"
+
+
+def redact_query(text: str) -> str:
+    """`text` with the value of every credential-named query parameter replaced."""
+    if "=" not in text:
+        return text
+    return _QUERY_CREDENTIAL.sub(rf"\g<1>{QUERY_REDACTED}", text)
+
 
 AUDIT_EVENTS: Final = frozenset({"audit", "review_requested"})
 _CITED_ID_MAX: Final = 128
@@ -53,7 +79,9 @@ class Redactor:
     A value is masked when its key is a credential header (`authorization`, `x-api-key`,
     `cookie`, `proxy-authorization`, ...) or matches `key_pattern`, at any depth: nested
     mappings, lists, and header lists of (name, value) pairs (ASGI raw headers included).
-    Nested containers are copied, never changed in place: they may be the proxy's own objects.
+    In every string, a credential-named query parameter (`?key=…`, a logged path or URL) has
+    its value replaced (`redact_query`). Nested containers are copied, never changed in place:
+    they may be the proxy's own objects.
     Note that `*token*` keys are masked even when they hold counts: log usage as `usage`.
     """
 
@@ -86,6 +114,8 @@ class Redactor:
     def redact(self, value: Any) -> Any:
         """`value` with every credential masked (a copy when anything nested could change)."""
         t = type(value)
+        if t is str:
+            return redact_query(value)
         if t in _PLAIN or t is _Vetted or t is _VettedDict:
             return value
         if t is dict or isinstance(value, Mapping):
@@ -113,6 +143,9 @@ class Redactor:
                 hit = self.sensitive(key)
             if hit:
                 event_dict[key] = REDACTED
+            elif type(value) is str:
+                if "=" in value:
+                    event_dict[key] = redact_query(value)
             elif type(value) not in _PLAIN:
                 event_dict[key] = self.redact(value)
         return event_dict
@@ -422,6 +455,7 @@ def audit_event(
     total_ms: float | None = None,
     include_text: bool = False,
     draft: str | None = None,
+    cause: str | None = None,
     **extra: object,
 ) -> dict[str, object]:
     """Emit the one `audit` event of a request and return its fields.
@@ -432,6 +466,7 @@ def audit_event(
     the client got ("released": the upstream answer was forwarded) and `shadow_decision` what
     enforce mode would have done. `verification_ms` defaults to the report's own timing.
     `draft` (the upstream's answer text) and claim texts are recorded only with `include_text`.
+    `cause`, on a failure, names the class of the foreign exception behind it (never its text).
     """
     if outcome is not None:
         computed = outcome.decision.value
@@ -476,6 +511,8 @@ def audit_event(
     }
     if mode == "shadow":
         fields["shadow_decision"] = computed
+    if cause is not None:
+        fields["cause"] = cause
     if include_text and draft is not None:
         fields["draft"] = draft
     _emit("audit", fields, extra)

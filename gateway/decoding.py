@@ -105,7 +105,7 @@ class Decoder(ABC):
             raise
         except self._errors as exc:
             self._failed = True
-            raise ProtocolError(f"upstream body does not decode: {exc}") from exc
+            raise ProtocolError(f"upstream body does not decode ({type(exc).__name__})") from exc
 
     def finish(self) -> bytes:
         """The rest of the output at the end of the body; `ProtocolError` if it was cut short."""

@@ -39,6 +39,7 @@ from gateway.errors import (
     UpstreamConnectError,
     UpstreamTimeout,
     UpstreamTooLarge,
+    map_exception,
 )
 
 Headers = list[tuple[str, str]]
@@ -131,13 +132,10 @@ class Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError as e:
+            # A callback's own failure (a decoder, a limit) is the error; anything else that
+            # escaped one is mapped at the boundary (gateway.errors.map_exception).
             cause = e.__context__
-            if isinstance(cause, GatewayError):
-                self._fail(cause)
-                return
-            err = ProtocolError(f"upstream response could not be processed: {_describe(e)}")
-            err.__cause__ = cause
-            self._fail(err)
+            self._fail(map_exception(cause if isinstance(cause, Exception) else e))
         except httptools.HttpParserUpgrade:
             self._fail(ProtocolError("malformed upstream response: it switched protocols"))
         except httptools.HttpParserError as e:

@@ -20,12 +20,13 @@ client only.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from gateway.decoding import ACCEPT_ENCODING, DECODABLE
-from gateway.errors import UpstreamConnectError
+from gateway.errors import InputError, UpstreamConnectError
 from gateway.http1 import IDEMPOTENT, Connection, Headers, Pool
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "UpstreamStream",
     "forward_request_headers",
     "response_headers",
+    "verified_response_headers",
 ]
 
 # RFC 9110 §7.6.1 connection-specific fields, plus the de-facto ones proxies also strip.
@@ -139,6 +141,50 @@ def response_headers(upstream_headers: Iterable[tuple[str, str]], decoded: bool)
     ]
 
 
+# What a verified route relays of the upstream's headers (DESIGN §7), each value in the shape
+# its field has: a value that is not (free text, a second token) could carry answer text past
+# verification, so it is dropped with its field.
+_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_TOKEN = re.compile(r"[A-Za-z0-9._:+-]{1,64}")
+_NUMBER = re.compile(r"\d{1,12}(?:\.\d{1,6})?")
+_HTTP_DATE = r"[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT"
+_RETRY_AFTER = re.compile(rf"\d{{1,10}}|{_HTTP_DATE}")
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+_RATE_LIMIT_FAMILY = re.compile(r"(?:x-ratelimit|anthropic-ratelimit)-[a-z0-9-]{1,64}")
+# name -> (name relayed, value shape). The provider's x-request-id would collide with the
+# gateway's own; Anthropic's request-id does not.
+_VERIFIED_ALLOW: dict[str, tuple[str, re.Pattern[str]]] = {
+    "retry-after": ("retry-after", _RETRY_AFTER),
+    "retry-after-ms": ("retry-after-ms", _NUMBER),
+    "x-request-id": ("x-upstream-request-id", _ID),
+    "request-id": ("request-id", _ID),
+    "openai-processing-ms": ("openai-processing-ms", _NUMBER),
+    "traceparent": ("traceparent", _TRACEPARENT),
+}
+
+
+def verified_response_headers(upstream_headers: Iterable[tuple[str, str]]) -> Headers:
+    """The upstream's headers as a verified route may relay them (names lower-cased): the
+    allow-list of DESIGN §7 — `retry-after` (and `retry-after-ms`), the `x-ratelimit-*` /
+    `anthropic-ratelimit-*` families, the provider's request id (`x-request-id` relayed as
+    `x-upstream-request-id`, `request-id` as is), `openai-processing-ms`, `traceparent` — and
+    only values of the field's shape. Everything else is dropped. `content-type` is the
+    gateway's own: it writes the type of the body it sends."""
+    out: Headers = []
+    for name, value in upstream_headers:
+        lname = name.lower()
+        allowed = _VERIFIED_ALLOW.get(lname)
+        if allowed is None:
+            if not _RATE_LIMIT_FAMILY.fullmatch(lname):
+                continue
+            allowed = (lname, _TOKEN)
+        relayed, shape = allowed
+        value = value.strip(" \t")
+        if shape.fullmatch(value):
+            out.append((relayed, value))
+    return out
+
+
 # ---------------------------------------------------------------------------------- client
 
 
@@ -206,7 +252,7 @@ class Upstream:
         head = "".join(parts)
         # One line per field and nothing else: no name, value or path may break a line.
         if head.count("\n") != lines or head.count("\r") != lines or "\0" in head:
-            raise ValueError("a request header or the path carries a line break or NUL")
+            raise InputError("a request header or the path carries a line break or NUL")
         return head.encode("latin-1") + body
 
     async def _open(
@@ -250,6 +296,11 @@ class Upstream:
         """The response as it arrives; the connection is pooled (or, if the body was not read
         to the end, closed) when the block exits."""
         conn = await self._open(method, path_qs, headers, body)
+        if conn.error is not None:
+            # The answer failed with its head (a body that does not decode, bad framing): the
+            # caller learns it before it starts relaying, while a clean error can still be sent.
+            conn.finish()
+            raise conn.error
         try:
             yield UpstreamStream(conn)
         finally:

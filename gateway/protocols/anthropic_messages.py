@@ -29,6 +29,7 @@ from gateway.protocols.base import (
     split_claims,
     template_text,
 )
+from gateway.protocols.relay import relayed_message, relayed_token
 from gateway.protocols.slot import StringSlot, learn_slot
 from gateway.sse import SSEEvent
 from gateway.types import (
@@ -260,7 +261,7 @@ class AnthropicStreamParser:
             self._message = copy.deepcopy(msg)
             return []
         if self._message is None:
-            raise ProtocolError(f"anthropic-messages: {etype} before message_start")
+            raise ProtocolError("anthropic-messages: an event before message_start")
         if etype == "content_block_start":
             return self._block_start(data)
         if etype == "content_block_delta":
@@ -557,6 +558,18 @@ class AnthropicMessages:
 
     def error_event(self, message: str, type_: str) -> SSEEvent:
         return SSEEvent(data=json.dumps(self.error_envelope(0, message, type_)), event="error")
+
+    def relay_error(self, body: object) -> dict[str, object] | None:
+        if not isinstance(body, Mapping) or body.get("type") != "error":
+            return None
+        error = body.get("error")
+        if not isinstance(error, Mapping):
+            return None
+        message = relayed_message(error.get("message"))
+        if message is None:
+            return None
+        type_ = relayed_token(error.get("type")) or "api_error"
+        return {"type": "error", "error": {"type": type_, "message": message}}
 
     def to_stream(self, body: Mapping[str, object], include_usage: bool) -> list[SSEEvent]:
         def ev(data: Json) -> SSEEvent:

@@ -82,6 +82,11 @@ class Adapter(Protocol):
 
     def error_event(self, message: str, type_: str) -> SSEEvent: ...
 
+    def relay_error(self, body: object) -> dict[str, object] | None:
+        """An upstream 4xx body, if it is this protocol's error envelope, rebuilt from the
+        envelope's known fields only (gateway/protocols/relay.py); else None."""
+        ...
+
     def to_stream(self, body: Mapping[str, object], include_usage: bool) -> list[SSEEvent]: ...
 
 

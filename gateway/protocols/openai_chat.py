@@ -29,6 +29,7 @@ from gateway.protocols.base import (
     split_claims,
     template_text,
 )
+from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
 from gateway.protocols.slot import StringSlot, learn_slot
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Channel, Claim, ContextSet, Decision, Outcome, Report
@@ -82,7 +83,7 @@ def parse_body(body: Mapping[str, object]) -> Answer:
         raise ProtocolError("openai-chat: response body is not a JSON object")
     obj = body.get("object")
     if obj is not None and obj != "chat.completion":
-        raise ProtocolError(f"openai-chat: unexpected object {obj!r}")
+        raise ProtocolError("openai-chat: unexpected object type")
     choices = body.get("choices")
     if not isinstance(choices, list):
         raise ProtocolError("openai-chat: response has no choices list")
@@ -255,7 +256,7 @@ class OpenAIStreamParser:
             raise ProtocolError("openai-chat: the stream carried an error")
         obj = chunk.get("object")
         if obj is not None and obj != "chat.completion.chunk":
-            raise ProtocolError(f"openai-chat: unexpected stream object {obj!r}")
+            raise ProtocolError("openai-chat: unexpected stream object type")
         if self._head_missing:
             found = [k for k in self._head_missing if k in chunk]
             if found:
@@ -589,6 +590,16 @@ class OpenAIChat:
 
     def error_event(self, message: str, type_: str) -> SSEEvent:
         return SSEEvent(data=json.dumps(self.error_envelope(0, message, type_)))
+
+    def relay_error(self, body: object) -> dict[str, object] | None:
+        if not isinstance(body, Mapping) or not isinstance(body.get("error"), Mapping):
+            return None
+        error = body["error"]
+        message = relayed_message(error.get("message"))
+        if message is None:
+            return None
+        return {"error": relayed_fields(error, message, type=relayed_token, param=relayed_token,
+                                        code=relayed_code)}
 
     def to_stream(self, body: Mapping[str, object], include_usage: bool) -> list[SSEEvent]:
         head: Json = {

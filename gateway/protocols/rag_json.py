@@ -33,6 +33,7 @@ from gateway.protocols.base import (
     split_claims,
     template_text,
 )
+from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Channel, Claim, ContextSet, Decision, Outcome, Report
 
@@ -336,6 +337,15 @@ class RagJson:
 
     def error_event(self, message: str, type_: str) -> SSEEvent:
         return SSEEvent(data=json.dumps(self.error_envelope(0, message, type_)), event="error")
+
+    def relay_error(self, body: object) -> dict[str, object] | None:
+        if not isinstance(body, Mapping) or not isinstance(body.get("error"), Mapping):
+            return None
+        error = body["error"]
+        message = relayed_message(error.get("message"))
+        if message is None:
+            return None
+        return {"error": relayed_fields(error, message, type=relayed_token, code=relayed_code)}
 
     def to_stream(self, body: Mapping[str, object], include_usage: bool) -> list[SSEEvent]:
         return [SSEEvent(data=json.dumps(body, ensure_ascii=False))]
