@@ -215,7 +215,7 @@ class RawUpstream:
                     b"transfer-encoding: chunked\r\n\r\n"
                 )
                 first = (
-                    [stream_chunk("The battery holds 99 kWh [zz:9]. ")]
+                    [stream_chunk("The battery holds 99 kWh [zz:9].\n\nMore")]
                     if scenario == "block-sse"
                     else []
                 )
