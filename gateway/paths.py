@@ -19,9 +19,10 @@ from urllib.parse import unquote_to_bytes
 Segments = tuple[str, ...]
 
 _HEX = frozenset(b"0123456789abcdefABCDEF")
-# Decoded bytes that no segment may carry: every C0 control (NUL, CR, LF among them), DEL, and
-# `\`, which some servers and frameworks treat as a separator.
-_FORBIDDEN_DECODED = frozenset(range(0x20)) | {0x7F, 0x5C}
+_PRINTABLE = bytes(range(0x21, 0x7F))
+# Bytes that no segment may carry, raw or decoded: every C0 control (NUL, CR, LF among them),
+# DEL, and `\`, which some servers and frameworks treat as a separator.
+_FORBIDDEN = re.compile(rb"[\x00-\x1f\x7f\\]")
 # Rounds of percent-decoding a path is checked through: `%252e%252e` is `..` to an upstream
 # (or a framework behind it) that decodes twice.
 _ROUNDS = 3
@@ -29,7 +30,7 @@ _ROUNDS = 3
 
 def _raw_ok(data: bytes) -> bool:
     """Printable ASCII only (no space, no controls, nothing above 0x7e)."""
-    return all(0x21 <= b <= 0x7E for b in data)
+    return not data.translate(None, _PRINTABLE)
 
 
 def _escapes_ok(data: bytes) -> bool:
@@ -63,9 +64,9 @@ def refusal(raw_path: bytes, query: bytes = b"") -> str | None:
         return "the path has a malformed percent-escape"
     data = raw_path
     for _ in range(_ROUNDS + 1):
-        if not _FORBIDDEN_DECODED.isdisjoint(data):
+        if _FORBIDDEN.search(data):
             return "the path has a backslash or an encoded control character"
-        if any(_dot_segment(s) for s in data.split(b"/")):
+        if b"." in data and any(_dot_segment(s) for s in data.split(b"/")):
             return "the path has a dot segment ('.' or '..'), raw or percent-encoded"
         if b"%" not in data:
             break
