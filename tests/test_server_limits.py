@@ -163,14 +163,14 @@ def test_a_head_in_time_is_served_however_it_is_split(
 
 def test_an_idle_keep_alive_connection_is_closed(tmp_path: Path, upstream: RawUpstream) -> None:
     with (
-        gateway(tmp_path, upstream, keep_alive_timeout=0.3, head_timeout=5.0) as gw,
+        gateway(tmp_path, upstream, keep_alive_timeout=0.5, head_timeout=5.0) as gw,
         socket.create_connection(("127.0.0.1", gw.port)) as sock,
     ):
         sock.settimeout(5)
         for _ in range(2):  # reused within the idle time
             sock.sendall(MODELS)
             assert sock.recv(65536).startswith(b"HTTP/1.1 200")
-            time.sleep(0.1)
+            time.sleep(0.05)
         response, waited = _read_until_closed(sock)
         assert response == b"" and waited < 3.0
 
