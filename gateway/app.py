@@ -235,13 +235,12 @@ class _Exchange:
         """Once the body is in, the server's next message is `http.disconnect`: when the
         client hung up (not when the response completed), the exchange is cancelled, and with
         it the upstream request (its connection is closed, never pooled)."""
-        while True:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
-                if not self.done:
-                    self.gone = True
-                    task.cancel()
-                return
+        message = await self.receive()
+        # Anything else would be a server that does not block here (ASGI says it should):
+        # watching stops rather than spin.
+        if message["type"] == "http.disconnect" and not self.done:
+            self.gone = True
+            task.cancel()
 
     async def _hangup_guarded(self, work: Awaitable[None]) -> None:
         """`work` (the upstream exchange and the response), cancelled if the client hangs up."""
