@@ -7,6 +7,7 @@ in progressive streaming where each claim is released only once it has verified.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import time
@@ -15,12 +16,13 @@ from typing import Any
 
 import orjson
 
-from gateway import audit, retry
+from gateway import audit, paths, retry
 from gateway.deferred import Deferred
 from gateway.errors import BodyTooLarge, GatewayError, ProtocolError, map_exception
 from gateway.metrics import Metrics
 from gateway.pipeline import Judgement, KnownVerdicts, Pipelines, RoutePipeline, dumps
 from gateway.policy import PolicyStore
+from gateway.protocols.base import RequestInfo
 from gateway.sse import SSEDecoder, encode
 from gateway.stream import ProgressiveRelease, StreamVerifier
 from gateway.turns import Turns
@@ -55,6 +57,14 @@ def _verified_headers(up_headers: list[tuple[str, str]]) -> list[tuple[bytes, by
     return [
         (k.encode("latin-1"), v.encode("latin-1")) for k, v in verified_response_headers(up_headers)
     ]
+
+
+# Audited status of an exchange whose client hung up before its answer (nginx's convention).
+_CLIENT_CLOSED = 499
+
+
+class _ClientGone(Exception):
+    """The client's body ended short of its content-length: it went away mid-upload."""
 
 
 def _gateway_error(code: str, message: str) -> bytes:
@@ -154,9 +164,14 @@ class _Exchange:
         self.request_id = (
             given if given is not None and _REQUEST_ID.fullmatch(given) else os.urandom(16).hex()
         )
-        self.path: str = scope["path"]
-        qs: bytes = scope.get("query_string", b"")
+        # The path as the client sent it, forwarded byte for byte (DESIGN §7); never the
+        # percent-decoded scope["path"]. Checked by `paths.refusal` before anything else.
+        self.raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+        self.query: bytes = scope.get("query_string", b"")
+        self.path: str = self.raw_path.decode("latin-1")
+        qs = self.query
         self.path_qs = self.path + ("?" + qs.decode("latin-1") if qs else "")
+        self.gone = False  # the client hung up before that
         self.route_label = "unrouted"
         self.policy_label: str | None = None
         self.first_byte: float | None = None
@@ -225,7 +240,8 @@ class _Exchange:
         while True:
             message = await self.receive()
             if message["type"] == "http.disconnect":
-                break
+                # The client went away mid-upload: what arrived is never forwarded (DESIGN §7).
+                raise _ClientGone("the client disconnected before its body was complete")
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
@@ -233,11 +249,45 @@ class _Exchange:
             parts.append(chunk)
             if not message.get("more_body", False):
                 break
+        if declared is not None and declared.isdigit() and size != int(declared):
+            raise _ClientGone(f"the body ended after {size} of {declared} bytes")
         return b"".join(parts)
+
+    async def _watch_hangup(self, task: asyncio.Task[Any]) -> None:
+        """Once the body is in, the server's next message is `http.disconnect`: when the
+        client hung up (not when the response completed), the exchange is cancelled, and with
+        it the upstream request (its connection is closed, never pooled)."""
+        message = await self.receive()
+        # Anything else would be a server that does not block here (ASGI says it should):
+        # watching stops rather than spin.
+        if message["type"] == "http.disconnect" and not self.ended:
+            self.gone = True
+            task.cancel()
+
+    async def _hangup_guarded(self, work: Awaitable[None]) -> None:
+        """`work` (the upstream exchange and the response), cancelled if the client hangs up."""
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.ensure_future(self._watch_hangup(task))
+        try:
+            await work
+        except asyncio.CancelledError:
+            if not self.gone:
+                raise
+            task.uncancel()
+            self.status = self.status or _CLIENT_CLOSED
+        finally:
+            watcher.cancel()
 
     # -- entry -------------------------------------------------------------------------------
 
     async def run(self) -> None:
+        refused = paths.refusal(self.raw_path, self.query)
+        if refused is not None:
+            # Before routing: a path that could mean one thing here and another upstream.
+            await self.respond(400, _gateway_error("bad_request", f"citewarden: {refused}"))
+            self._account_unverified("refused", "bad_path")
+            return
         if "websocket" in self.headers.get("upgrade", "").lower():
             # Without a WebSocket library installed, uvicorn hands the upgrade over as plain
             # HTTP: refuse it here as the websocket scope is refused, on every path.
@@ -248,11 +298,19 @@ class _Exchange:
             return
         policies = self.app.store.current
         method: str = self.scope["method"]
-        matched = policies.match(method, self.path, self.headers)
+        segments = paths.segments(self.path)
+        matched = policies.match(method, segments, self.headers)
         if matched is None:
-            if policies.is_passthrough(self.path):
+            if policies.is_passthrough(segments):
                 self.route_label = "passthrough"
-                await self._passthrough(method)
+                try:
+                    await self._passthrough(method)
+                except _ClientGone:
+                    self._client_gone()
+                    return
+                if self.gone:
+                    self._account_unverified("error", "client_disconnected")
+                    return
                 self._account_unverified("passthrough")
             else:
                 await self.respond(
@@ -266,7 +324,21 @@ class _Exchange:
         self.policy_label = loaded.label
         pipeline = self.app.pipelines.get(loaded, route)
         with self.app.metrics.inflight(route.name):
-            await self._verified(pipeline)
+            try:
+                await self._verified(pipeline)
+            except _ClientGone:
+                self._client_gone(pipeline)
+                return
+            if self.gone:
+                self._account(pipeline, "error", None, None, reason="client_disconnected")
+
+    def _client_gone(self, pipeline: RoutePipeline | None = None) -> None:
+        """A client that left mid-upload: nothing was forwarded, nothing can be answered."""
+        self.status = _CLIENT_CLOSED
+        if pipeline is None:
+            self._account_unverified("error", "client_disconnected_mid_body")
+        else:
+            self._account(pipeline, "error", None, None, reason="client_disconnected_mid_body")
 
     async def _passthrough(self, method: str) -> None:
         try:
@@ -275,6 +347,9 @@ class _Exchange:
             await self.respond(413, _gateway_error("request_too_large", str(e)))
             return
         headers = forward_request_headers(self.raw_headers, self.request_id)
+        await self._hangup_guarded(self._relay(method, headers, body))
+
+    async def _relay(self, method: str, headers: list[tuple[str, str]], body: bytes) -> None:
         try:
             async with self.app.upstream.stream(method, self.path_qs, headers, body) as resp:
                 relayed = response_headers(resp.headers, decoded=resp.decoded)  # lower-cased
@@ -318,6 +393,16 @@ class _Exchange:
         info = adapter.request_info(request)
         self.streaming = info.stream
         headers = forward_request_headers(self.raw_headers, self.request_id)
+        await self._hangup_guarded(self._answer(pipeline, request, raw, headers, info))
+
+    async def _answer(
+        self,
+        pipeline: RoutePipeline,
+        request: dict[str, Any],
+        raw: bytes,
+        headers: list[tuple[str, str]],
+        info: RequestInfo,
+    ) -> None:
         try:
             if (
                 info.stream
@@ -561,6 +646,8 @@ class _Exchange:
                     out = release.feed(decoder.feed(chunk))
                     if out:
                         await self.body(out, more=True)
+                    if release.closed:
+                        break  # blocked or broken: the upstream is hung up on as the block exits
                 out = release.feed(decoder.finish()) + release.finish()
             except Exception as e:  # mapped at the boundary (gateway/errors.py)
                 out = release.abort(f"upstream failed: {self._mapped(e)}")

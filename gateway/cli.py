@@ -79,6 +79,33 @@ def _add_server_flags(p: argparse.ArgumentParser, *, default_port: int) -> None:
         default=_env("RELOAD_INTERVAL", "2"),
         help="seconds between policy file checks (0 disables hot reload)",
     )
+    p.add_argument(
+        "--max-head-bytes",
+        type=int,
+        default=_env("MAX_HEAD_BYTES", str(64 * 1024)),
+        help="bytes of a request head (request line and headers); 431 past it "
+        "(env CITEWARDEN_MAX_HEAD_BYTES)",
+    )
+    p.add_argument(
+        "--head-timeout",
+        type=float,
+        default=_env("HEAD_TIMEOUT", "10"),
+        help="seconds a request head may take to arrive; 408 past it "
+        "(env CITEWARDEN_HEAD_TIMEOUT)",
+    )
+    p.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=_env("KEEP_ALIVE_TIMEOUT", "5"),
+        help="seconds an idle keep-alive connection is kept (env CITEWARDEN_KEEP_ALIVE_TIMEOUT)",
+    )
+    p.add_argument(
+        "--limit-concurrency",
+        type=int,
+        default=_env("LIMIT_CONCURRENCY", "4096"),
+        help="client connections served at once; 503 past it, 0 for no limit "
+        "(env CITEWARDEN_LIMIT_CONCURRENCY)",
+    )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
 
 

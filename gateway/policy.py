@@ -38,6 +38,7 @@ from pydantic import (
 
 from gateway import jsonpointer
 from gateway.errors import PolicyError
+from gateway.paths import Glob, Segments, segments
 
 Protocol = Literal["openai-chat", "anthropic-messages", "rag-json"]
 CheckName = Literal[
@@ -108,6 +109,16 @@ def _url_path(value: str, what: str) -> str:
     return value
 
 
+def _url_glob(value: str, what: str) -> str:
+    _url_path(value, what)
+    for part in value.split("/"):
+        if "**" in part and part != "**":
+            raise ValueError(
+                f"{what} {value!r}: '**' stands for whole segments only, as in /v1/files/**"
+            )
+    return value
+
+
 def _json_pointer(value: str | None) -> str | None:
     if value is not None and not value.startswith("/"):
         raise ValueError(
@@ -125,6 +136,7 @@ class Match(_Model):
 
     path: str | None = None
     path_prefix: str | None = None
+    path_glob: str | None = None  # `*` within one segment, `**` any number of segments
     header: dict[str, str] = Field(default_factory=dict)
     methods: list[str] = Field(default_factory=list)  # empty = any method
 
@@ -133,6 +145,11 @@ class Match(_Model):
     def _is_path(cls, value: str | None) -> str | None:
         return None if value is None else _url_path(value, "path")
 
+    @field_validator("path_glob")
+    @classmethod
+    def _is_glob(cls, value: str | None) -> str | None:
+        return None if value is None else _url_glob(value, "path_glob")
+
     @field_validator("methods")
     @classmethod
     def _upper(cls, value: list[str]) -> list[str]:
@@ -140,11 +157,19 @@ class Match(_Model):
 
     @model_validator(mode="after")
     def _conditions(self) -> Match:
-        if self.path is None and self.path_prefix is None and not self.header:
-            raise ValueError("match needs at least one of path, path_prefix or header")
-        if self.path is not None and self.path_prefix is not None:
+        if (
+            self.path is None
+            and self.path_prefix is None
+            and self.path_glob is None
+            and not self.header
+        ):
+            raise ValueError("match needs at least one of path, path_prefix, path_glob or header")
+        given = [k for k in ("path", "path_prefix", "path_glob") if getattr(self, k) is not None]
+        if len(given) > 1:
             raise _KeyedValueError(
-                ("path_prefix",), "use either path or path_prefix in one match, not both"
+                (given[1],),
+                "use only one of path, path_prefix and path_glob in one match, not "
+                + " and ".join(given),
             )
         seen: set[str] = set()
         for name in self.header:
@@ -386,10 +411,8 @@ class Audit(_Model):
 
 
 def _passthrough_entry(entry: str) -> str:
-    _url_path(entry, "passthrough entry")
-    if "*" in entry[:-1]:
-        raise ValueError(f"passthrough entry {entry!r}: '*' is only allowed as the last character")
-    return entry
+    # The glob forms of `path_glob`: a trailing `/*` is one segment, `/**` the whole tree.
+    return _url_glob(entry, "passthrough entry")
 
 
 PassthroughEntry = Annotated[str, AfterValidator(_passthrough_entry)]
@@ -711,42 +734,41 @@ def load_policies(paths: Sequence[str | os.PathLike[str]]) -> PolicySet:
 
 @dataclass(frozen=True, slots=True)
 class _Matcher:
-    path: str | None
-    prefix: str | None
+    glob: Glob | None  # path, path_prefix or path_glob, matched segment by segment
     headers: tuple[tuple[str, str], ...]  # lower-cased names
     methods: frozenset[str]  # empty = any
 
     @classmethod
     def of(cls, match: Match) -> _Matcher:
+        glob = (
+            Glob(match.path, "path") if match.path is not None
+            else Glob(match.path_prefix, "prefix") if match.path_prefix is not None
+            else Glob(match.path_glob, "glob") if match.path_glob is not None
+            else None
+        )
         return cls(
-            path=match.path,
-            prefix=match.path_prefix,
+            glob=glob,
             headers=tuple((k.lower(), v) for k, v in match.header.items()),
             methods=frozenset(match.methods),
         )
 
-    def matches(self, method: str, path: str, headers: Mapping[str, str]) -> bool:
-        if self.path is not None and path != self.path:
-            return False
-        if self.prefix is not None and not path.startswith(self.prefix):
+    def matches(self, method: str, path: Segments, headers: Mapping[str, str]) -> bool:
+        if self.glob is not None and not self.glob.matches(path):
             return False
         if self.methods and method.upper() not in self.methods:
             return False
         return all(_header(headers, name) == value for name, value in self.headers)
 
     def covers(self, other: _Matcher) -> bool:
-        """True when every request `other` matches is also matched by self."""
+        """True when every request `other` matches is also matched by self (when unsure,
+        False: the lint then stays silent rather than call a reachable route unreachable)."""
         if self.methods and not (other.methods and other.methods <= self.methods):
             return False
         if not set(self.headers) <= set(other.headers):
             return False
-        if self.path is not None:
-            return other.path == self.path
-        if self.prefix is not None:
-            return any(
-                p is not None and p.startswith(self.prefix) for p in (other.path, other.prefix)
-            )
-        return True
+        if self.glob is None:
+            return True
+        return other.glob is not None and self.glob.covers(other.glob)
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -760,18 +782,16 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return None
 
 
-def _strip_query(path: str) -> str:
-    return path.split("?", 1)[0]
-
-
 class PolicySet:
     """Policies in load order. Routes match in order (files, then routes); first match wins.
 
-    Passthrough entries are exact paths, or prefixes when they end in `*` (`/v1/files/*`).
-    Routes are consulted before passthrough, so a routed path is always verified.
+    Passthrough entries take the `path_glob` forms: `/v1/models` exactly, `/v1/files/*` one
+    segment below, `/v1/files/**` the whole tree. Paths are matched as `gateway.paths.segments`
+    (a `str` given here is split and decoded first). Routes are consulted before passthrough,
+    so a routed path is always verified.
     """
 
-    __slots__ = ("_by_name", "_exact", "_prefixes", "_routes", "policies")
+    __slots__ = ("_by_name", "_passthrough", "_routes", "policies")
 
     def __init__(self, policies: Sequence[LoadedPolicy]) -> None:
         self.policies: tuple[LoadedPolicy, ...] = tuple(policies)
@@ -783,22 +803,22 @@ class PolicySet:
         self._by_name: dict[str, tuple[LoadedPolicy, Route]] = {}
         for _, loaded, route in self._routes:
             self._by_name.setdefault(route.name, (loaded, route))
-        entries = [e for loaded in self.policies for e in loaded.policy.passthrough]
-        self._exact = frozenset(e for e in entries if not e.endswith("*"))
-        self._prefixes = tuple(e[:-1] for e in entries if e.endswith("*"))
+        self._passthrough = tuple(
+            Glob(e) for loaded in self.policies for e in loaded.policy.passthrough
+        )
 
     def match(
-        self, method: str, path: str, headers: Mapping[str, str]
+        self, method: str, path: str | Segments, headers: Mapping[str, str]
     ) -> tuple[LoadedPolicy, Route] | None:
-        path = _strip_query(path)
+        segs = segments(path) if isinstance(path, str) else path
         for matcher, loaded, route in self._routes:
-            if matcher.matches(method, path, headers):
+            if matcher.matches(method, segs, headers):
                 return loaded, route
         return None
 
-    def is_passthrough(self, path: str) -> bool:
-        path = _strip_query(path)
-        return path in self._exact or path.startswith(self._prefixes)
+    def is_passthrough(self, path: str | Segments) -> bool:
+        segs = segments(path) if isinstance(path, str) else path
+        return any(g.matches(segs) for g in self._passthrough)
 
     def route(self, name: str) -> tuple[LoadedPolicy, Route] | None:
         """The route called `name` (for `citewarden verify --route`)."""
@@ -906,6 +926,15 @@ def lint(policies: Sequence[LoadedPolicy]) -> list[Diagnostic]:
             )
         if "support" in p.model_fields_set and "unsupported" not in p.checks:
             warn(loaded, ("support",), "support is set but unsupported is not in checks")
+        for i, entry in enumerate(p.passthrough):
+            if entry.endswith("/*"):
+                warn(
+                    loaded,
+                    ("passthrough", i),
+                    f"passthrough entry {entry!r} matches one path segment below "
+                    f"{entry[:-2] or '/'!r}, not the whole tree: write {entry + '*'!r} for "
+                    "the tree (a trailing '/*' used to mean the tree)",
+                )
         for i, route in enumerate(p.routes):
             if route.rag is not None and route.protocol != "rag-json":
                 warn(

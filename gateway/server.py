@@ -27,6 +27,13 @@ from gateway import audit
 from gateway.admin import create_admin_app
 from gateway.app import ProxyApp
 from gateway.errors import PolicyError
+from gateway.limits import (
+    HEAD_TIMEOUT,
+    KEEP_ALIVE_TIMEOUT,
+    LIMIT_CONCURRENCY,
+    MAX_HEAD_BYTES,
+    limited_protocol,
+)
 from gateway.metrics import Metrics
 from gateway.policy import PolicyStore
 from gateway.upstream import Limits, Timeouts, Upstream
@@ -53,6 +60,11 @@ class Settings:
     reload_interval: float = 2.0
     log_level: str = "info"
     workers: int = 1
+    # Limits against slow and huge clients (DESIGN §7; gateway/limits.py). 0 connections: none.
+    max_head_bytes: int = MAX_HEAD_BYTES
+    head_timeout: float = HEAD_TIMEOUT
+    keep_alive_timeout: float = KEEP_ALIVE_TIMEOUT
+    limit_concurrency: int = LIMIT_CONCURRENCY
     extra_servers: list[uvicorn.Server] = field(default_factory=list)
     # Listening sockets bound before start-up (a busy port is one line, not a traceback),
     # by the port their server is configured with.
@@ -68,8 +80,26 @@ class _Server(uvicorn.Server):
 
 
 def _uvicorn_config(
-    app: object, host: str, port: int, grace: float, log_level: str
+    app: object,
+    host: str,
+    port: int,
+    grace: float,
+    log_level: str,
+    limits: Settings | None = None,
+    metrics: Metrics | None = None,
 ) -> uvicorn.Config:
+    """A server's uvicorn config; with `limits`, its head, keep-alive and connection limits
+    (refusals counted in `metrics`), else uvicorn's own protocol and defaults."""
+    http: str | type[asyncio.Protocol] = "auto"  # httptools when installed
+    keep_alive: float = KEEP_ALIVE_TIMEOUT
+    if limits is not None:
+        http = limited_protocol(
+            max_head_bytes=limits.max_head_bytes,
+            head_timeout=limits.head_timeout,
+            max_connections=limits.limit_concurrency or None,
+            metrics=metrics,
+        )
+        keep_alive = limits.keep_alive_timeout
     return uvicorn.Config(
         app,  # type: ignore[arg-type]
         host=host,
@@ -78,10 +108,25 @@ def _uvicorn_config(
         access_log=False,
         lifespan="on",
         loop="auto",  # uvloop when installed
-        http="auto",  # httptools when installed
+        http=http,
+        # uvicorn hands it to loop.call_later, which takes fractions of a second too.
+        timeout_keep_alive=keep_alive,  # type: ignore[arg-type]
         timeout_graceful_shutdown=int(grace) or 1,
         server_header=False,
         date_header=False,
+    )
+
+
+def proxy_config(proxy: ProxyApp, settings: Settings, metrics: Metrics) -> uvicorn.Config:
+    """The proxy port's uvicorn config, limits included."""
+    return _uvicorn_config(
+        proxy,
+        settings.host,
+        settings.port,
+        settings.shutdown_grace,
+        settings.log_level,
+        settings,
+        metrics,
     )
 
 
@@ -126,11 +171,7 @@ async def run(
     """
     log = structlog.get_logger("citewarden")
     proxy, admin, store, metrics = build(settings)
-    proxy_server = _Server(
-        _uvicorn_config(
-            proxy, settings.host, settings.port, settings.shutdown_grace, settings.log_level
-        )
-    )
+    proxy_server = _Server(proxy_config(proxy, settings, metrics))
     servers: list[uvicorn.Server] = [proxy_server]
     if serve_admin:
         servers.append(
@@ -141,6 +182,7 @@ async def run(
                     settings.admin_port,
                     settings.shutdown_grace,
                     settings.log_level,
+                    settings,
                 )
             )
         )
@@ -256,6 +298,10 @@ def settings_from_args(
         reload_interval=args.reload_interval,
         log_level=args.log_level,
         workers=getattr(args, "workers", 1),  # `demo` has no --workers: always one process
+        max_head_bytes=args.max_head_bytes,
+        head_timeout=args.head_timeout,
+        keep_alive_timeout=args.keep_alive_timeout,
+        limit_concurrency=args.limit_concurrency,
     )
 
 

@@ -252,7 +252,7 @@ def test_shipped_policies_have_the_documented_choices() -> None:
                 protocol: openai-chat
             """,
             4,
-            "match needs at least one of path, path_prefix or header",
+            "match needs at least one of path, path_prefix, path_glob or header",
             id="match-without-conditions",
         ),
         pytest.param(
@@ -266,8 +266,37 @@ def test_shipped_policies_have_the_documented_choices() -> None:
                 protocol: openai-chat
             """,
             6,
-            "use either path or path_prefix",
+            "use only one of path, path_prefix and path_glob",
             id="path-and-prefix",
+        ),
+        pytest.param(
+            """\
+            name: p
+            routes:
+              - name: chat
+                match:
+                  path_prefix: /b
+                  header: {x-tenant: a}
+                  path_glob: /a/*
+                protocol: openai-chat
+            """,
+            7,
+            "not path_prefix and path_glob",
+            id="prefix-and-glob",
+        ),
+        pytest.param(
+            """\
+            name: p
+            routes:
+              - name: chat
+                protocol: openai-chat
+                match:
+                  header: {x-tenant: a}
+                  path_glob: /openai/deployments**
+            """,
+            7,
+            "'**' stands for whole segments only",
+            id="glob-double-star-in-segment",
         ),
         pytest.param(
             """\
@@ -282,10 +311,10 @@ def test_shipped_policies_have_the_documented_choices() -> None:
             id="relative-path",
         ),
         pytest.param(
-            MINIMAL + "passthrough:\n  - /v1/models\n  - /v1/*/files\n",
-            8,
-            "'*' is only allowed as the last character",
-            id="passthrough-star",
+            MINIMAL + "passthrough:\n  - /v1/models\n  - /v1/*/files\n  - /v1/files**\n",
+            9,
+            "'**' stands for whole segments only",
+            id="passthrough-double-star",
         ),
         pytest.param(
             """\

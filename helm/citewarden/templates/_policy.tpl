@@ -35,7 +35,8 @@ routes:
       context_text: text
 
 # Model listing carries no claims; forward it untouched. Every other path that no route
-# matches is refused (default deny).
+# matches is refused (default deny). Entries take the path_glob forms: `/v1/files/*` is one
+# segment below /v1/files, `/v1/files/**` the whole tree.
 passthrough:
   - /v1/models
 
