@@ -245,6 +245,10 @@ def request_context(
         openai_request_context(body, ctx, pattern)
     elif protocol == "anthropic-messages":
         anthropic_request_context(body, ctx, pattern)
+    elif protocol == "openai-responses":
+        from gateway.protocols.openai_responses import context as responses
+
+        responses.request_context(body, ctx, pattern, spec)
     else:
         generic_request_context(body, ctx, pattern)
     return ctx
@@ -357,6 +361,10 @@ def build_context(
             request_context(protocol, request, spec, ctx)
         elif source == "response" and response is not None and rag is not None:
             ctx.extend(response_chunks(response, rag))
+        elif source == "response" and response is not None and protocol == "openai-responses":
+            from gateway.protocols.openai_responses import context as responses
+
+            responses.response_context(response, ctx, compile_chunk_pattern(spec), spec)
         elif source == "header" and headers is not None:
             ctx.extend(header_chunks(headers))
     return ctx

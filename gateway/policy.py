@@ -37,7 +37,7 @@ from pydantic import (
 
 from gateway.errors import PolicyError
 
-Protocol = Literal["openai-chat", "anthropic-messages", "rag-json"]
+Protocol = Literal["openai-chat", "openai-responses", "anthropic-messages", "rag-json"]
 CheckName = Literal[
     "missing_citation",
     "malformed_citation",
@@ -804,6 +804,17 @@ def lint(policies: Sequence[LoadedPolicy]) -> list[Diagnostic]:
             )
         if "support" in p.model_fields_set and "unsupported" not in p.checks:
             warn(loaded, ("support",), "support is set but unsupported is not in checks")
+        from gateway.protocols.openai_responses.lint import returns_model_output
+
+        for k, entry in enumerate(p.passthrough):
+            what = returns_model_output(entry)
+            if what is not None:
+                warn(
+                    loaded,
+                    ("passthrough", k),
+                    f"passthrough entry {entry!r} relays {what} unverified: that is model "
+                    "output; verify it on a route instead",
+                )
         for i, route in enumerate(p.routes):
             if route.rag is not None and route.protocol != "rag-json":
                 warn(
