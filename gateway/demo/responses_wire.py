@@ -97,7 +97,7 @@ def response_body(
         "truncation": "disabled",
         "usage": {
             "input_tokens": usage[0],
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": usage[1],
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": usage[0] + usage[1],
