@@ -164,7 +164,7 @@ def _upstream() -> FakeUpstream:
         headers = URL_CONTEXT if key == "planted" else {}
         up.on(key, Json(body, headers=headers))
         frames = w.response_events(body, chunk_size=5)
-        up.on(f"{key}-sse", Stream(frames, seed=len(key), max_piece=11, headers=headers))
+        up.on(f"{key}-sse", Stream(frames, seed=len(key), max_piece=48, headers=headers))
     up.on(
         "retry",
         Sequenced([Json(_bodies()["mixed"]), Json(w.response_text(GOOD, id="resp_retry"))]),
