@@ -316,7 +316,7 @@ class _Exchange:
         rewrite = getattr(pipeline.adapter, "forward_body", None)
         if rewrite is None:
             return raw
-        return bytes(rewrite(raw, self.path_qs, pipeline.policy.context))
+        return bytes(rewrite(raw, self.path_qs, pipeline.policy))
 
     async def _error(
         self,

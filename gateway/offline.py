@@ -92,7 +92,7 @@ def _verify(
     stream = _looks_like_sse(response_path, raw)
     forward = getattr(pipeline.adapter, "forward_body", None)
     if forward is not None:  # what the client itself asked for (Responses `include`)
-        forward(json.dumps(request).encode(), "", loaded.policy.context)
+        forward(json.dumps(request).encode(), "", loaded.policy)
     try:
         if stream:
             answer = pipeline.parse_stream(raw)

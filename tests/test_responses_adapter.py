@@ -218,6 +218,8 @@ def test_forward_body_asks_for_results_only_where_they_are_context() -> None:
     assert out["include"] == ["reasoning.encrypted_content", "file_search_call.results"]
     assert rctx.client_wants_results() is False
     assert rctx.forward_body(raw.encode(), "/v1/responses", request_only) == raw.encode()
+    shadow = rctx.forward_body(raw.encode(), "/v1/responses", with_response, shadow=True)
+    assert shadow == raw.encode()  # shadow mode does not change what the upstream answers
     asked = json.dumps({"model": "m", "include": ["file_search_call.results"]}).encode()
     assert rctx.forward_body(asked, "/v1/responses", with_response) == asked
     assert rctx.client_wants_results() is True

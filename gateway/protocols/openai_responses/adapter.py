@@ -52,9 +52,9 @@ class OpenAIResponses:
     ) -> None:
         rctx.response_context(body, ctx, chunk_re, spec)
 
-    def forward_body(self, raw: bytes, path_qs: str, spec: ContextSpec) -> bytes:
+    def forward_body(self, raw: bytes, path_qs: str, policy: Policy) -> bytes:
         """The request body to forward (with the file_search results asked for)."""
-        return rctx.forward_body(raw, path_qs, spec)
+        return rctx.forward_body(raw, path_qs, policy.context, shadow=policy.mode == "shadow")
 
     def parse(self, body: Mapping[str, object], route: Route) -> Answer:
         return parse_body(body)

@@ -160,11 +160,12 @@ def _query_includes(path_qs: str) -> bool:
     return any(k in ("include", "include[]") and v == RESULTS_INCLUDE for k, v in pairs)
 
 
-def forward_body(raw: bytes, path_qs: str, spec: Any) -> bytes:
+def forward_body(raw: bytes, path_qs: str, spec: Any, *, shadow: bool = False) -> bytes:
     """The request body to forward, and this exchange's record of whether the client asked for
     file_search results. With `response` among the context sources, a create request gets
-    `include: ["file_search_call.results"]` added. A body that is not a JSON object is
-    forwarded as is (the upstream answers it)."""
+    `include: ["file_search_call.results"]` added — except in shadow mode, which forwards the
+    upstream's answer as it is and so must not change what the upstream answers. A body that
+    is not a JSON object is forwarded as is (the upstream answers it)."""
     if not raw.strip():
         set_client_wants_results(_query_includes(path_qs))
         return raw
@@ -179,7 +180,7 @@ def forward_body(raw: bytes, path_qs: str, spec: Any) -> bytes:
     include = body.get("include")
     asked = isinstance(include, list) and RESULTS_INCLUDE in include
     set_client_wants_results(asked or _query_includes(path_qs))
-    if asked or "response" not in getattr(spec, "from_", ()):
+    if asked or shadow or "response" not in getattr(spec, "from_", ()):
         return raw
     if include is not None and not isinstance(include, list):
         return raw  # the upstream rejects it; nothing to add to
