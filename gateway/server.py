@@ -75,6 +75,9 @@ def _uvicorn_config(
         lifespan="on",
         loop="auto",  # uvloop when installed
         http="auto",  # httptools when installed
+        # Never a WebSocket handshake, whether or not a WebSocket library is installed: an
+        # upgrade reaches the app as HTTP and is refused with the gateway's JSON 403.
+        ws="none",
         timeout_graceful_shutdown=int(grace) or 1,
         server_header=False,
         date_header=False,
