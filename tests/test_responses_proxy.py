@@ -138,6 +138,10 @@ def _bodies() -> dict[str, dict[str, Any]]:
             ],
             id="resp_tool",
         ),
+        "reasoned": w.response_body(
+            [w.reasoning_item(f"{PLANTED} summary", encrypted="gAAAA-r"), _msg(GOOD)],
+            id="resp_reasoned",
+        ),
         "queued": w.response_body([], id="resp_bg", status="queued", background=True),
         "stored-echo": w.response_text(GOOD, id="resp_bg", instructions=INSTRUCTIONS),
         "stored-bare": w.response_text(GOOD, id="resp_bare"),
@@ -423,6 +427,20 @@ def test_file_search_results_are_context_and_removed(
     assert points == [("file-spec", 23), ("file-war", text.index("years.") + 6)]
 
 
+def test_progressive_file_citations_arrive_in_time(env: tuple[Gateway, FakeUpstream]) -> None:
+    gw, _ = env
+    events = _events(gw, "fs-sse", "prog")
+    text = _check_copies(events)
+    assert text.startswith("The K7 stores 13.5 kWh. Its warranty lasts ten years.\n\n")
+    assert "Moon" not in text
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert deltas[:2] == ["The K7 stores 13.5 kWh.", " Its warranty lasts ten years."]
+    final = events[-1].response
+    anns = final.output[1].content[0].annotations
+    assert [(a.file_id, a.index) for a in anns] == [("file-spec", 23), ("file-war", 53)]
+    assert final.output[0].results is None
+
+
 def test_file_search_results_kept_when_the_client_asked(env: tuple[Gateway, FakeUpstream]) -> None:
     gw, up = env
     up.clear()
@@ -467,6 +485,25 @@ def test_progressive_releases_claim_by_claim(env: tuple[Gateway, FakeUpstream]) 
     deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
     assert deltas[0] == KEPT_FIRST
     assert _check_copies(events) == GOOD
+
+
+def test_progressive_after_a_reasoning_item(env: tuple[Gateway, FakeUpstream]) -> None:
+    gw, _ = env
+    with _client(gw).responses.stream(
+        model="gpt-test", input="K7?", instructions=INSTRUCTIONS,
+        extra_headers=_h("reasoned-sse", "prog"),
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    assert PLANTED not in repr(events)
+    assert final.output_text == GOOD
+    reasoning, message = final.output
+    assert (reasoning.type, message.type) == ("reasoning", "message")
+    assert reasoning.summary == [] and reasoning.encrypted_content == "gAAAA-r"
+    added = [
+        (e.output_index, e.item.type) for e in events if e.type == "response.output_item.added"
+    ]
+    assert added == [(1, "message"), (0, "reasoning")]  # the upstream's output indices
 
 
 def test_progressive_block_ends_with_failure_events(env: tuple[Gateway, FakeUpstream]) -> None:

@@ -108,6 +108,9 @@ class ResponsesStreamParser:
         self._unknown: list[tuple[str | int, ...]] = []
         self._ctx: ContextSet | None = None
         self._done = False
+        # Text of the last output_text.delta, handed on with the next event: the annotation
+        # that cites a claim follows the delta that ends it, and a claim verifier must see it.
+        self._held: list[TextDelta] = []
 
     def bind_context(self, ctx: ContextSet, spec: object) -> None:
         """File-search results that arrive in the stream join `ctx` as they come (on routes
@@ -147,7 +150,12 @@ class ResponsesStreamParser:
             self._unknown.append(("stream", etype, "id" if event.id is not None else "retry"))
         if self._head is None and etype != "response.created":
             raise ProtocolError(f"openai-responses: {etype} before response.created")
-        return self._event(etype, data)
+        out = self._event(etype, data)
+        held, self._held = self._held, []
+        if etype == "response.output_text.delta":
+            self._held = out
+            return held
+        return held + out if held else out
 
     def _event(self, etype: str, data: Json) -> list[TextDelta]:
         if etype in ("response.created", "response.in_progress", "response.queued"):
