@@ -246,16 +246,18 @@ def test_policy_check_warns_on_passthrough_of_model_output(tmp_path: Path) -> No
     policy.write_text(
         "name: p\nroutes:\n  - name: r\n    match: {path: /v1/responses}\n"
         "    protocol: openai-responses\n"
-        "passthrough: [/v1/models, /v1/responses/*, /v1/files/*, /v1/threads/*]\n"
+        "passthrough: [/v1/models, /v1/responses, /v1/responses/*, /v1/files/*, /v1/threads/*,\n"
+        "              /v1/files/f1/content, /v1/threads]\n"
     )
     out = subprocess.run(
         [sys.executable, "-m", "gateway.cli", "policy", "check", str(policy)],
         capture_output=True, text=True, check=False,
     )
     text = out.stdout + out.stderr
-    for entry in ("/v1/responses/*", "/v1/files/*", "/v1/threads/*"):
+    for entry in ("/v1/responses", "/v1/responses/*", "/v1/files/*", "/v1/threads/*",
+                  "/v1/files/f1/content"):
         assert f"passthrough entry '{entry}'" in text
-    assert "'/v1/models'" not in text
+    assert "'/v1/models'" not in text and "'/v1/threads'" not in text
     assert load_policy(policy).policy.routes[0].protocol == "openai-responses"
 
 

@@ -12,6 +12,7 @@ __all__ = ["MODEL_OUTPUT", "returns_model_output"]
 
 # (what it is, an example path of it)
 MODEL_OUTPUT: tuple[tuple[str, str], ...] = (
+    ("responses (/v1/responses)", "/v1/responses"),
     ("stored responses (/v1/responses/**)", "/v1/responses/resp_0/input_items"),
     ("stored responses (/v1/responses/**)", "/v1/responses/resp_0"),
     ("file contents (/v1/files/*/content)", "/v1/files/file_0/content"),
@@ -39,6 +40,7 @@ def _regex(entry: str) -> re.Pattern[str]:
 
 
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("responses (/v1/responses)", re.compile(r"/v1/responses")),
     ("stored responses (/v1/responses/**)", re.compile(r"/v1/responses/.+")),
     ("file contents (/v1/files/*/content)", re.compile(r"/v1/files/[^/]+/content")),
     ("Assistants threads (/v1/threads/**)", re.compile(r"/v1/threads/.+")),
