@@ -304,3 +304,15 @@ def test_verify_offline(
     body = json.dumps(report["body"])
     # Released with results or a reasoning summary withheld: re-rendered, never relayed.
     assert "Usable capacity" not in body and "Thinking about" not in body
+
+
+def test_an_incomplete_answer_stays_incomplete() -> None:
+    body = w.response_text("The K7 stores 13.5 kWh [k7:capacity]. It", id="resp_cut")
+    body.update(status="incomplete", incomplete_details={"reason": "max_output_tokens"})
+    answer = _parse_stream(b"".join(_frames(body)), pieces=5)
+    assert answer.body["incomplete_details"] == {"reason": "max_output_tokens"}
+    policy = Policy(name="t", routes=[ROUTE])
+    released = ADAPTER.render(answer, [], Outcome(Decision.RELEASED), None, policy)  # type: ignore[arg-type]
+    events = ADAPTER.to_stream(released, True)
+    assert [e.event for e in events][-1] == "response.incomplete"
+    assert [json.loads(e.data)["sequence_number"] for e in events] == list(range(len(events)))

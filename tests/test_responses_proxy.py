@@ -535,12 +535,16 @@ def test_responses_stream_helper(env: tuple[Gateway, FakeUpstream]) -> None:
     assert final.output_text.startswith(KEPT_FIRST)
 
 
-def test_async_create_and_stream(env: tuple[Gateway, FakeUpstream]) -> None:
+def test_async_create_stream_and_retrieve(env: tuple[Gateway, FakeUpstream]) -> None:
     gw, _ = env
 
     async def main() -> tuple[str, str]:
         client = openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
         async with client:
+            stored = await client.responses.retrieve("resp_bg", extra_headers=_h("stored-echo"))
+            assert stored.output_text == GOOD
+            with pytest.raises(openai.UnprocessableEntityError):
+                await client.responses.retrieve("resp_bare", extra_headers=_h("stored-bare"))
             resp = await client.responses.create(
                 model="gpt-test", input="K7?", instructions=INSTRUCTIONS,
                 extra_headers=_h("mixed", "strip"),
