@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.policy import ContextSpec, Policy, Route
+from gateway.policy import Policy, Route
 from gateway.protocols.base import (
     BLOCKED_TYPE,
     RequestInfo,
@@ -46,11 +46,6 @@ class OpenAIResponses:
         self, body: Mapping[str, object], ctx: ContextSet, chunk_re: re.Pattern[str] | None
     ) -> None:
         rctx.request_context(body, ctx, chunk_re)
-
-    def response_context(
-        self, body: object, ctx: ContextSet, chunk_re: re.Pattern[str] | None, spec: ContextSpec
-    ) -> None:
-        rctx.response_context(body, ctx, chunk_re, spec)
 
     def forward_body(self, raw: bytes, path_qs: str, policy: Policy) -> bytes:
         """The request body to forward (with the file_search results asked for)."""

@@ -16,13 +16,13 @@ from typing import Any
 
 from gateway.protocols.openai_responses.parse import parse_body
 from gateway.protocols.openai_responses.render import (
-    _Events,
-    _head,
-    _skeleton,
+    Events,
+    head_of,
     item_events,
     part_events,
     released_body,
     remap_annotations,
+    skeleton,
     terminal_type,
 )
 from gateway.sse import encode
@@ -41,7 +41,7 @@ class ResponsesFramer:
     """One progressive Responses stream's framing state."""
 
     def __init__(self, include_usage: bool = True) -> None:
-        self.ev = _Events()
+        self.ev = Events()
         self.head: Json | None = None
         self.indices: dict[tuple[object, ...], int] = {}
         self.primary: tuple[int, int] | None = None  # (output index, content index)
@@ -99,14 +99,14 @@ class ResponsesFramer:
             return
         self.opened = True
         head = self.head or {"id": "", "object": "response", "output": []}
-        self.ev.add({"type": "response.created", "response": _head(head, "in_progress")})
-        self.ev.add({"type": "response.in_progress", "response": _head(head, "in_progress")})
+        self.ev.add({"type": "response.created", "response": head_of(head, "in_progress")})
+        self.ev.add({"type": "response.in_progress", "response": head_of(head, "in_progress")})
         if self.primary is not None and self.primary_item is not None:
             i, j = self.primary
             item = self.primary_item
             empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             self.ev.add(
-                {"type": "response.output_item.added", "output_index": i, "item": _skeleton(item)}
+                {"type": "response.output_item.added", "output_index": i, "item": skeleton(item)}
             )
             self.ev.add(
                 {
@@ -194,7 +194,7 @@ class ResponsesFramer:
         """The stream's end on a failure: an `error` event and `response.failed`."""
         self._announce()
         self.ev.add({"type": "error", "code": type_, "message": message, "param": None})
-        head = _head(self.head or {"id": "", "object": "response"}, "failed")
+        head = head_of(self.head or {"id": "", "object": "response"}, "failed")
         head["error"] = {"code": "server_error", "message": message}
         self.ev.add({"type": "response.failed", "response": head})
         return self._flush()

@@ -21,10 +21,16 @@ from gateway.sse import SSEEvent
 from gateway.types import Answer, Claim, Outcome
 
 __all__ = [
+    "Events",
     "abstained_body",
+    "head_of",
+    "item_events",
+    "part_events",
     "partial_body",
     "released_body",
     "remap_annotations",
+    "skeleton",
+    "terminal_type",
     "to_events",
     "withholds_something",
 ]
@@ -283,7 +289,7 @@ def abstained_body(answer: Answer, policy: Policy, text: str) -> Json:
 # -- the body as a typed event stream ------------------------------------------------------------
 
 
-class _Events:
+class Events:
     """Typed events numbered in order (`sequence_number` from 0)."""
 
     def __init__(self) -> None:
@@ -296,7 +302,7 @@ class _Events:
         self.out.append(SSEEvent(data=json.dumps(data, ensure_ascii=False), event=data["type"]))
 
 
-def _skeleton(item: Mapping[str, Any]) -> Json:
+def skeleton(item: Mapping[str, Any]) -> Json:
     """An output item as `output_item.added` announces it: before any of its text."""
     out: Json = copy.deepcopy(dict(item))
     itype = out.get("type")
@@ -316,7 +322,7 @@ def _skeleton(item: Mapping[str, Any]) -> Json:
     return out
 
 
-def _head(body: Mapping[str, Any], status: str) -> Json:
+def head_of(body: Mapping[str, Any], status: str) -> Json:
     head: Json = {k: copy.deepcopy(v) for k, v in body.items() if k != "output"}
     head["output"] = []
     head["status"] = status
@@ -327,12 +333,12 @@ def _head(body: Mapping[str, Any], status: str) -> Json:
     return head
 
 
-def item_events(ev: _Events, i: int, item: Mapping[str, Any], skip_added: bool = False) -> None:
+def item_events(ev: Events, i: int, item: Mapping[str, Any], skip_added: bool = False) -> None:
     """The events of one output item, from `output_item.added` to `output_item.done`."""
     itype = item.get("type")
     iid = item.get("id", "")
     if not skip_added:
-        ev.add({"type": "response.output_item.added", "output_index": i, "item": _skeleton(item)})
+        ev.add({"type": "response.output_item.added", "output_index": i, "item": skeleton(item)})
     base = {"item_id": iid, "output_index": i}
     if itype == "message":
         for j, part in enumerate(item.get("content") or []):
@@ -357,7 +363,7 @@ def item_events(ev: _Events, i: int, item: Mapping[str, Any], skip_added: bool =
 
 
 def part_events(
-    ev: _Events, base: Mapping[str, Any], j: int, part: Mapping[str, Any], text_sent: bool = False
+    ev: Events, base: Mapping[str, Any], j: int, part: Mapping[str, Any], text_sent: bool = False
 ) -> None:
     """The events of one content part; with `text_sent`, its text deltas already went out."""
     b = {**base, "content_index": j}
@@ -392,9 +398,9 @@ def terminal_type(body: Mapping[str, Any]) -> str:
 
 def to_events(body: Mapping[str, Any]) -> list[SSEEvent]:
     """A whole response body as the typed SSE stream the API would have sent for it."""
-    ev = _Events()
-    ev.add({"type": "response.created", "response": _head(body, "in_progress")})
-    ev.add({"type": "response.in_progress", "response": _head(body, "in_progress")})
+    ev = Events()
+    ev.add({"type": "response.created", "response": head_of(body, "in_progress")})
+    ev.add({"type": "response.in_progress", "response": head_of(body, "in_progress")})
     for i, item in enumerate(_output(body)):
         item_events(ev, i, item)
     ev.add({"type": terminal_type(body), "response": copy.deepcopy(dict(body))})
