@@ -169,6 +169,10 @@ def forward_body(raw: bytes, path_qs: str, spec: Any, *, shadow: bool = False) -
     if not raw.strip():
         set_client_wants_results(_query_includes(path_qs))
         return raw
+    rewrites = not shadow and "response" in getattr(spec, "from_", ())
+    if not rewrites and RESULTS_INCLUDE.encode() not in raw:
+        set_client_wants_results(_query_includes(path_qs))  # nothing to parse the body for
+        return raw
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -180,7 +184,7 @@ def forward_body(raw: bytes, path_qs: str, spec: Any, *, shadow: bool = False) -
     include = body.get("include")
     asked = isinstance(include, list) and RESULTS_INCLUDE in include
     set_client_wants_results(asked or _query_includes(path_qs))
-    if asked or shadow or "response" not in getattr(spec, "from_", ()):
+    if asked or not rewrites:
         return raw
     if include is not None and not isinstance(include, list):
         return raw  # the upstream rejects it; nothing to add to
