@@ -316,3 +316,47 @@ def test_an_incomplete_answer_stays_incomplete() -> None:
     events = ADAPTER.to_stream(released, True)
     assert [e.event for e in events][-1] == "response.incomplete"
     assert [json.loads(e.data)["sequence_number"] for e in events] == list(range(len(events)))
+
+
+def _released(body: dict[str, Any], policy: Policy) -> tuple[bool, dict[str, Any]]:
+    answer = ADAPTER.parse(body, ROUTE)
+    out = ADAPTER.render(answer, [], Outcome(Decision.RELEASED), None, policy)  # type: ignore[arg-type]
+    return ADAPTER.needs_rewrite(answer, policy), out
+
+
+def test_logprobs_kept_only_when_they_spell_the_text() -> None:
+    text = "The K7 stores 13.5 kWh."
+    tokens = ["The", " K7", " stores", " 13.5", " kWh", "."]
+    good = w.response_text(text)
+    good["output"][0]["content"][0]["logprobs"] = [
+        {"token": t, "bytes": list(t.encode()), "logprob": -0.1, "top_logprobs": []}
+        for t in tokens
+    ]
+    policy = Policy(name="t", routes=[ROUTE])
+    rewrite, out = _released(good, policy)
+    assert not rewrite and out["output"][0]["content"][0]["logprobs"] == good["output"][0][
+        "content"][0]["logprobs"]
+    bad = json.loads(json.dumps(good))
+    bad["output"][0]["content"][0]["logprobs"][3]["token"] = " 99"
+    bad["output"][0]["content"][0]["logprobs"][0]["top_logprobs"] = [
+        {"token": "PLANTED", "bytes": [], "logprob": -3.0}
+    ]
+    rewrite, out = _released(bad, policy)
+    assert rewrite and out["output"][0]["content"][0]["logprobs"] == []
+    alternatives = json.loads(json.dumps(good))
+    alternatives["output"][0]["content"][0]["logprobs"][0]["top_logprobs"] = [
+        {"token": "PLANTED", "bytes": [], "logprob": -3.0}
+    ]
+    rewrite, out = _released(alternatives, policy)
+    assert rewrite and "PLANTED" not in json.dumps(out)
+    assert len(out["output"][0]["content"][0]["logprobs"]) == len(tokens)
+
+
+def test_tool_calls_withheld_by_policy() -> None:
+    body = json.loads((FIXTURES / "reasoning_tool.json").read_text())
+    policy = Policy.model_validate(
+        {"name": "t", "routes": [ROUTE.model_dump()], "channels": {"tool_calls": "withhold"}}
+    )
+    rewrite, out = _released(body, policy)
+    assert rewrite
+    assert [i["type"] for i in out["output"]] == ["reasoning", "message"]
