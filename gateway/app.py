@@ -378,8 +378,10 @@ class _Exchange:
         except BodyTooLarge as e:
             await self._client_error(pipeline, 413, str(e), "request_too_large")
             return
+        stored = self.scope["method"] == "GET" and getattr(adapter, "stored_answers", False)
         try:
-            request = orjson.loads(raw)
+            # A stored answer (GET) has no request body: its request context is empty.
+            request = {} if stored and not raw.strip() else orjson.loads(raw)
         except orjson.JSONDecodeError as e:
             await self._client_error(
                 pipeline, 400, f"invalid JSON body: {e}", "invalid_request_error"
@@ -392,6 +394,7 @@ class _Exchange:
             return
         info = adapter.request_info(request)
         self.streaming = info.stream
+        raw = self._forwarded(pipeline, raw)
         headers = forward_request_headers(self.raw_headers, self.request_id)
         await self._hangup_guarded(self._answer(pipeline, request, raw, headers, info))
 
@@ -416,6 +419,14 @@ class _Exchange:
                 )
         except Exception as e:
             await self._upstream_failure(pipeline, e)
+
+    def _forwarded(self, pipeline: RoutePipeline, raw: bytes) -> bytes:
+        """The body to forward: as received, unless the adapter rewrites requests (Responses
+        asks for the file_search results its route's context comes from)."""
+        rewrite = getattr(pipeline.adapter, "forward_body", None)
+        if rewrite is None:
+            return raw
+        return bytes(rewrite(raw, self.path_qs, pipeline.policy))
 
     async def _error(
         self,
@@ -492,9 +503,12 @@ class _Exchange:
         t0 = time.perf_counter()
         try:
             if not stream:
-                resp = await self.app.upstream.request("POST", self.path_qs, headers, request_raw)
+                method = self.scope["method"]
+                resp = await self.app.upstream.request(method, self.path_qs, headers, request_raw)
                 return resp.status, resp.headers, resp.body, None
-            async with self.app.upstream.stream("POST", self.path_qs, headers, request_raw) as s:
+            async with self.app.upstream.stream(
+                self.scope["method"], self.path_qs, headers, request_raw
+            ) as s:
                 if not 200 <= s.status < 300:
                     return s.status, s.headers, await s.read(), None
                 ctx = pipeline.context(request, None, dict(s.headers))
@@ -550,7 +564,9 @@ class _Exchange:
         include_usage: bool,
     ) -> None:
         attempts = 1 + (
-            pipeline.policy.release.retry if pipeline.route.protocol != "rag-json" else 0
+            pipeline.policy.release.retry
+            if pipeline.route.protocol != "rag-json" and self.scope["method"] == "POST"
+            else 0
         )
         for attempt in range(attempts):
             try:
@@ -574,6 +590,7 @@ class _Exchange:
             if decision is Decision.RELEASED or attempt == attempts - 1:
                 break
             raw = dumps(retry.with_grounding(pipeline.route.protocol, request, judgement.outcome))
+            raw = self._forwarded(pipeline, raw)
         await self._release(
             pipeline, answer, judgement, body, up_headers, stream, include_usage, verify_seconds
         )
@@ -627,7 +644,7 @@ class _Exchange:
         include_usage: bool,
     ) -> None:
         t0 = time.perf_counter()
-        async with self.app.upstream.stream("POST", self.path_qs, headers, raw) as s:
+        async with self.app.upstream.stream(self.scope["method"], self.path_qs, headers, raw) as s:
             if not 200 <= s.status < 300:
                 body = await s.read()
                 self.upstream_seconds += time.perf_counter() - t0

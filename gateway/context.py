@@ -294,7 +294,7 @@ def _reject(ctx: ContextSet, why: str, n: int = 1) -> None:
     ctx.rejected[why] = ctx.rejected.get(why, 0) + n
 
 
-def _read(
+def read_tags(
     ctx: ContextSet, text: str, pattern: re.Pattern[str] | None, trust: Trust, trusted: bool
 ) -> None:
     """Add the chunk tags of one piece of request text from a place trusted or not."""
@@ -365,7 +365,7 @@ def openai_request_context(
             continue
         trusted = place in roles
         for text in _content_texts(msg.get("content")):
-            _read(ctx, text, pattern, trust, trusted)
+            read_tags(ctx, text, pattern, trust, trusted)
 
 
 def _str(value: object) -> str | None:
@@ -410,7 +410,7 @@ def anthropic_request_context(
     """
     roles = trust.roles
     for text in _content_texts(body.get("system")):
-        _read(ctx, text, pattern, trust, "system" in roles)
+        read_tags(ctx, text, pattern, trust, "system" in roles)
     messages = body.get("messages")
     if not isinstance(messages, list):
         return
@@ -420,7 +420,7 @@ def anthropic_request_context(
         # `place` None: an assistant (or unknown) turn, only numbered.
         if isinstance(blocks, str):
             if place is not None:
-                _read(ctx, blocks, pattern, trust, place in roles)
+                read_tags(ctx, blocks, pattern, trust, place in roles)
             return
         if not isinstance(blocks, list):
             return
@@ -431,7 +431,7 @@ def anthropic_request_context(
             if btype == "text":
                 text = block.get("text")
                 if place is not None and isinstance(text, str):
-                    _read(ctx, text, pattern, trust, place in roles)
+                    read_tags(ctx, text, pattern, trust, place in roles)
             elif btype == "document":
                 index = numbers[0]
                 numbers[0] += 1
@@ -441,7 +441,7 @@ def anthropic_request_context(
                 doc = _doc_from_block(block, index)
                 ctx.documents.append(doc)
                 for t in (doc.text or "", *doc.blocks):
-                    _read(ctx, t, pattern, trust, True)
+                    read_tags(ctx, t, pattern, trust, True)
             elif btype == "search_result":
                 index = numbers[1]
                 numbers[1] += 1
@@ -451,7 +451,7 @@ def anthropic_request_context(
                 sr = _search_result(block, index)
                 ctx.search_results.append(sr)
                 for t in sr.blocks:
-                    _read(ctx, t, pattern, trust, True)
+                    read_tags(ctx, t, pattern, trust, True)
             elif btype == "tool_result":
                 walk(block.get("content"), None if place is None else "tool")
 
@@ -474,7 +474,7 @@ def generic_request_context(
     while stack:
         node = stack.pop()
         if isinstance(node, str):
-            _read(ctx, node, pattern, untrusted, False)
+            read_tags(ctx, node, pattern, untrusted, False)
         elif isinstance(node, Mapping):
             stack.extend(reversed(list(node.values())))
         elif isinstance(node, list):
@@ -495,6 +495,10 @@ def request_context(
         openai_request_context(body, ctx, pattern, trust)
     elif protocol == "anthropic-messages":
         anthropic_request_context(body, ctx, pattern, trust)
+    elif protocol == "openai-responses":
+        from gateway.protocols.openai_responses import context as responses
+
+        responses.request_context(body, ctx, pattern, trust)
     else:
         generic_request_context(body, ctx, pattern, trust)
     return ctx
@@ -607,6 +611,11 @@ def build_context(
             request_context(protocol, request, spec, ctx)
         elif source == "response" and response is not None and rag is not None:
             ctx.extend(response_chunks(response, rag))
+        elif source == "response" and response is not None and protocol == "openai-responses":
+            from gateway.protocols.openai_responses import context as responses
+
+            trust = trust_of(spec)
+            responses.response_context(response, ctx, trust.pattern, trust)
         elif source == "header" and headers is not None:
             ctx.extend(header_chunks(headers))
     return ctx

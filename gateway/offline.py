@@ -92,6 +92,9 @@ def _verify(
     request = _json(_read(request_path, "request"), "request", request_path)
     raw = _read(response_path, "response")
     stream = _looks_like_sse(response_path, raw)
+    forward = getattr(pipeline.adapter, "forward_body", None)
+    if forward is not None:  # what the client itself asked for (Responses `include`)
+        forward(json.dumps(request).encode(), "", loaded.policy)
     try:
         if stream:
             answer = pipeline.parse_stream(raw)

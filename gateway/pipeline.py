@@ -37,6 +37,7 @@ from gateway.verify import Verifier
 PRIMARY_CHANNEL = {
     "openai-chat": channel_key(("choices", 0, "message", "content")),
     "anthropic-messages": channel_key(("content",)),
+    "openai-responses": channel_key(("output_text", 0)),
 }
 
 # The last bytes of a well-formed stream, per protocol (up to the event's closing brace).
@@ -249,7 +250,8 @@ class RoutePipeline:
         is re-framed from the parsed answer instead of being forwarded as is."""
         marker = TERMINAL_EVENT.get(self.route.protocol)
         if marker is None:
-            return False
+            relayable = getattr(self.adapter, "stream_relayable", None)
+            return bool(relayable(raw)) if relayable is not None else False
         at = raw.rfind(marker)
         return at >= 0 and not raw[at + len(marker) :].strip(b" \t\r\n}")
 

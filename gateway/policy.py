@@ -40,7 +40,7 @@ from gateway import jsonpointer
 from gateway.errors import PolicyError
 from gateway.paths import Glob, Segments, segments
 
-Protocol = Literal["openai-chat", "anthropic-messages", "rag-json"]
+Protocol = Literal["openai-chat", "openai-responses", "anthropic-messages", "rag-json"]
 CheckName = Literal[
     "missing_citation",
     "malformed_citation",
@@ -934,6 +934,17 @@ def lint(policies: Sequence[LoadedPolicy]) -> list[Diagnostic]:
                     f"passthrough entry {entry!r} matches one path segment below "
                     f"{entry[:-2] or '/'!r}, not the whole tree: write {entry + '*'!r} for "
                     "the tree (a trailing '/*' used to mean the tree)",
+                )
+        from gateway.protocols.openai_responses.lint import returns_model_output
+
+        for k, entry in enumerate(p.passthrough):
+            what = returns_model_output(entry)
+            if what is not None:
+                warn(
+                    loaded,
+                    ("passthrough", k),
+                    f"passthrough entry {entry!r} relays {what} unverified: that is model "
+                    "output; verify it on a route instead",
                 )
         for i, route in enumerate(p.routes):
             if route.rag is not None and route.protocol != "rag-json":

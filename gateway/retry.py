@@ -38,6 +38,10 @@ def with_grounding(protocol: str, request: dict[str, Any], outcome: Outcome) -> 
                 retried["system"] = f"{system}\n\n{text}"
             else:
                 retried["system"] = text
+        case "openai-responses":
+            from gateway.protocols.openai_responses.retry import with_grounding as responses
+
+            retried = responses(retried, text)
         case _:
             raise ValueError(f"release.retry is not supported for protocol {protocol!r}")
     return retried

@@ -111,6 +111,9 @@ def _uvicorn_config(
         http=http,
         # uvicorn hands it to loop.call_later, which takes fractions of a second too.
         timeout_keep_alive=keep_alive,  # type: ignore[arg-type]
+        # Never a WebSocket handshake, whether or not a WebSocket library is installed: an
+        # upgrade reaches the app as HTTP and is refused with the gateway's JSON 403.
+        ws="none",
         timeout_graceful_shutdown=int(grace) or 1,
         server_header=False,
         date_header=False,

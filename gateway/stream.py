@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from gateway.claims import Segment
 from gateway.errors import ProtocolError
@@ -295,6 +295,23 @@ class _NativeSpans:
         return tuple(out)
 
 
+class _Framer(Protocol):
+    """What progressive release needs of a protocol's framer (an adapter may bring its own)."""
+
+    def observe(self, event: SSEEvent) -> None: ...
+
+    def opening(self) -> bytes: ...
+
+    def text(self, text: str, citations: Sequence[Claim] = ()) -> bytes: ...
+
+    def tail(self, pipeline: RoutePipeline, body: Mapping[str, Any]) -> bytes: ...
+
+    @property
+    def started(self) -> bool: ...
+
+    def template_body(self, text: str) -> Json: ...
+
+
 class StreamVerifier:
     """Parses a stream event by event and verifies each claim of the primary text channel as
     soon as it is complete, so little is left to check when the stream ends.
@@ -314,7 +331,14 @@ class StreamVerifier:
         self.seconds = 0.0
         self.length = 0  # primary text seen so far
         self._texts: list[str] = []
-        self.native = _NativeSpans() if pipeline.route.protocol == "anthropic-messages" else None
+        self.native: Any = (
+            _NativeSpans()
+            if pipeline.route.protocol == "anthropic-messages"
+            else getattr(self.parser, "native_spans", None)
+        )
+        bind = getattr(self.parser, "bind_context", None)
+        if bind is not None:  # context that arrives in the stream itself (file_search results)
+            bind(ctx, pipeline.policy.context)
 
     def feed(self, event: SSEEvent) -> tuple[str, list[ClaimReport]]:
         """The primary text this event adds, and the claims it completed, verified."""
@@ -366,11 +390,14 @@ class ProgressiveRelease:
         self.ctx = ctx
         self.request_id = request_id
         self.verifier = StreamVerifier(pipeline, ctx)
-        self.framer: _OpenAIFramer | _AnthropicFramer = (
+        self.framer: _Framer = (
             _AnthropicFramer(include_usage)
             if pipeline.route.protocol == "anthropic-messages"
             else _OpenAIFramer(include_usage)
         )
+        make_framer = getattr(pipeline.adapter, "progressive_framer", None)
+        if make_framer is not None:
+            self.framer = make_framer(include_usage)
         self.buffer = ""  # primary text not yet released, from `released` on
         self.released = 0  # offset in the primary text up to which it has been decided
         self.stripped = False
@@ -474,6 +501,9 @@ class ProgressiveRelease:
         self.closed = True
         self.decision = "error"
         self.reason = "upstream_stream_broken"
+        framer_error = getattr(self.framer, "error", None)
+        if framer_error is not None:
+            return bytes(framer_error(f"citewarden: {message}", "upstream_error"))
         return encode(self.pipeline.adapter.error_event(f"citewarden: {message}", "upstream_error"))
 
     # -- claims ------------------------------------------------------------------------------
@@ -533,8 +563,9 @@ class ProgressiveRelease:
         message = template_text(outcome, self.pipeline.policy.release.templates) or (
             f"answer blocked by citewarden: {reason}"
         )
-        event = self.pipeline.adapter.error_event(
-            f"{message} (reason: {reason}, request_id: {self.request_id})",
-            "citation_verification_failed",
-        )
+        text = f"{message} (reason: {reason}, request_id: {self.request_id})"
+        framer_error = getattr(self.framer, "error", None)
+        if framer_error is not None:
+            return bytes(framer_error(text, "citation_verification_failed"))
+        event = self.pipeline.adapter.error_event(text, "citation_verification_failed")
         return encode(event)

@@ -18,6 +18,7 @@ import pytest
 FIXTURES = Path(__file__).parent / "fixtures"
 PROTOCOL_DIRS = {
     "openai_chat": "openai-chat",
+    "openai_responses": "openai-responses",
     "anthropic_messages": "anthropic-messages",
     "rag_json": "rag-json",
 }
@@ -31,6 +32,9 @@ routes:
   - name: messages
     match: {{path: /v1/messages}}
     protocol: anthropic-messages
+  - name: responses
+    match: {{path: /v1/responses}}
+    protocol: openai-responses
   - name: rag
     match: {{path_prefix: /rag/}}
     protocol: rag-json

@@ -6,6 +6,7 @@ import json
 
 import anthropic.types
 import openai.types.chat
+import openai.types.responses
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -40,6 +41,9 @@ SSE_PAIRS = [
     ("anthropic-messages", "native_good.sse", "native_good.json"),
     ("anthropic-messages", "native_bad_cited_text.sse", "native_bad_cited_text.json"),
     ("anthropic-messages", "thinking_tool_use.sse", "thinking_tool_use.json"),
+    ("openai-responses", "good.sse", "good.json"),
+    ("openai-responses", "file_search.sse", "file_search.json"),
+    ("openai-responses", "reasoning_tool.sse", "reasoning_tool.json"),
 ]
 
 
@@ -48,12 +52,14 @@ def validate(protocol: str, body: dict[str, object]) -> None:
         openai.types.chat.ChatCompletion.model_validate(body)
     elif protocol == "anthropic-messages":
         anthropic.types.Message.model_validate(body)
+    elif protocol == "openai-responses":
+        openai.types.responses.Response.model_validate(body)
     else:
         json.dumps(body)
 
 
 def test_registry_names() -> None:
-    assert set(ADAPTERS) == {"openai-chat", "anthropic-messages", "rag-json"}
+    assert set(ADAPTERS) == {"openai-chat", "openai-responses", "anthropic-messages", "rag-json"}
     assert get("rag-json").name == "rag-json"
     with pytest.raises(KeyError):
         get("nope")
@@ -95,6 +101,8 @@ def test_stream_parse_invariant_under_byte_splits(
         ("openai-chat", "truncated.sse"),
         ("anthropic-messages", "truncated.sse"),
         ("anthropic-messages", "error_midstream.sse"),
+        ("openai-responses", "truncated.sse"),
+        ("openai-responses", "failed.sse"),
     ],
 )
 def test_incomplete_or_error_streams_raise(protocol: str, sse: str) -> None:
@@ -110,6 +118,9 @@ def test_incomplete_or_error_streams_raise(protocol: str, sse: str) -> None:
         ("openai-chat", {"choices": [{"message": {"content": 3}}]}),
         ("anthropic-messages", {"type": "error", "error": {}}),
         ("anthropic-messages", {"type": "message", "content": [{"text": "no type"}]}),
+        ("openai-responses", {"object": "chat.completion", "choices": []}),
+        ("openai-responses", {"object": "response", "output": [{"content": []}]}),
+        ("openai-responses", {"object": "response", "output": [{"type": "message"}]}),
         ("rag-json", {"unrelated": True}),
         ("rag-json", {"answer": 5}),
         ("rag-json", {"claims": [{"citations": []}]}),

@@ -14,6 +14,7 @@ from gateway.types import Answer, Claim
 FIXTURES = Path(__file__).parent / "fixtures"
 DIRS = {
     "openai-chat": "openai_chat",
+    "openai-responses": "openai_responses",
     "anthropic-messages": "anthropic_messages",
     "rag-json": "rag_json",
 }
@@ -24,6 +25,9 @@ ROUTES = {
     ),
     "anthropic-messages": Route(
         name="msg", match=Match(path="/v1/messages"), protocol="anthropic-messages"
+    ),
+    "openai-responses": Route(
+        name="responses", match=Match(path="/v1/responses"), protocol="openai-responses"
     ),
     "rag-json": Route(
         name="kb",

@@ -662,6 +662,7 @@ def serve(
     config = uvicorn.Config(
         _with_reset(app, server_ref),
         http=http,
+        ws="none",  # as the gateway's own server: upgrades are plain HTTP requests
         lifespan=lifespan,
         loop="asyncio",
         log_level="warning",

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import wire
+from . import responses_wire, wire
 from .answers import ANSWERS, CannedAnswer, choose
 from .documents import (
     CONTEXT_HEADER,
@@ -78,6 +78,26 @@ def _request_id(prefix: str, raw: bytes) -> str:
     return prefix + hashlib.sha256(raw).hexdigest()[:24]
 
 
+def _input_user_text(value: object) -> str:
+    """The last user text of a Responses `input`: a string, or a list of input items."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        for item in reversed(value):
+            if isinstance(item, dict) and item.get("role") == "user":
+                content = item.get("content")
+                if isinstance(content, str):
+                    return content
+                if isinstance(content, list):
+                    return "\n".join(
+                        str(p.get("text", "")) for p in content if isinstance(p, dict)
+                    )
+    raise _BadRequest("'input' has no user message")
+
+
+STORED_RESPONSES = 64  # the demo keeps the last few responses for GET /v1/responses/{id}
+
+
 def _context_headers(answer: CannedAnswer) -> dict[str, str]:
     return {CONTEXT_HEADER: encode_context_header(answer.retrieved)}
 
@@ -88,6 +108,7 @@ class DemoUpstream:
     def __init__(self, token_delay: float, clock: Callable[[], float]) -> None:
         self.token_delay = token_delay
         self.clock = clock
+        self.stored: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
 
     async def _body(self, request: Request) -> tuple[bytes, dict[str, Any]]:
         raw = await request.body()
@@ -156,6 +177,45 @@ class DemoUpstream:
         message = wire.anthropic_message(answer.text, id=msg_id, model=model, usage=usage)
         return JSONResponse(message, headers=headers)
 
+    async def responses(self, request: Request) -> Response:
+        """`POST /v1/responses`: the canned answer as a response object or a typed stream;
+        stored for `GET /v1/responses/{id}` (with `background: true`, answered as queued)."""
+        try:
+            raw, body = await self._body(request)
+            answer = choose(_input_user_text(body.get("input")))
+        except _BadRequest as exc:
+            return JSONResponse(responses_wire.response_error(exc.message), status_code=400)
+        rid = _request_id("resp_demo_", raw)
+        instructions = body.get("instructions")
+        prompt = wire.estimate_tokens(json.dumps(body.get("input")) + str(instructions or ""))
+        resp = responses_wire.response_body(
+            [responses_wire.message_item(answer.text, id="msg_" + rid[10:])],
+            id=rid,
+            model=str(body.get("model") or DEMO_MODEL),
+            instructions=instructions if isinstance(instructions, str) else None,
+            usage=(prompt, len(wire.tokenize(answer.text))),
+            background=body.get("background") is True,
+            extra={"created_at": int(self.clock()), "store": body.get("store") is not False},
+        )
+        headers = _context_headers(answer)
+        self.stored[rid] = (resp, headers)
+        while len(self.stored) > STORED_RESPONSES:
+            del self.stored[next(iter(self.stored))]
+        if body.get("background") is True:
+            queued = {**resp, "status": "queued", "output": [], "usage": None}
+            return JSONResponse(queued, headers=headers)
+        if body.get("stream"):
+            return self._stream(responses_wire.response_events(resp, chunk_size=6), headers)
+        return JSONResponse(resp, headers=headers)
+
+    async def stored_response(self, request: Request) -> Response:
+        found = self.stored.get(request.path_params["response_id"])
+        if found is None:
+            error = responses_wire.response_error("No response with that id.", "not_found")
+            return JSONResponse(error, status_code=404)
+        resp, headers = found
+        return JSONResponse(resp, headers=headers)
+
     async def rag_answer(self, request: Request) -> Response:
         try:
             _, body = await self._body(request)
@@ -213,7 +273,8 @@ def create_demo_app(
 ) -> Starlette:
     """The demo upstream as a Starlette app.
 
-    Routes: `POST /v1/chat/completions`, `POST /v1/messages`, `POST /rag/answer`,
+    Routes: `POST /v1/chat/completions`, `POST /v1/messages`, `POST /v1/responses` and
+    `GET /v1/responses/{id}` (the last few responses), `POST /rag/answer`,
     `GET /v1/models` (Anthropic's list shape when the request has `anthropic-version`, else
     OpenAI's), and `GET /demo/documents` (chunks, context system prompt and canned answers).
     """
@@ -222,6 +283,8 @@ def create_demo_app(
         routes=[
             Route("/v1/chat/completions", demo.chat_completions, methods=["POST"]),
             Route("/v1/messages", demo.messages, methods=["POST"]),
+            Route("/v1/responses", demo.responses, methods=["POST"]),
+            Route("/v1/responses/{response_id}", demo.stored_response, methods=["GET"]),
             Route("/rag/answer", demo.rag_answer, methods=["POST"]),
             Route("/v1/models", demo.models, methods=["GET"]),
             Route("/demo/documents", demo.documents, methods=["GET"]),

@@ -71,6 +71,17 @@ def banner(gateway_url: str, admin_url: str, *, audit_file: str | None = None) -
         "messages": [{"role": "user", "content": "Give me a partly hallucinated answer"}],
     }
     rag = {"question": "Can I install and stack K7 units myself?"}
+    responses = f"{gateway_url}/v1/responses"
+    create = {"model": DEMO_MODEL, "input": "Give me a partly hallucinated answer"}
+    lines += [
+        "",
+        "  # OpenAI Responses API: a partly hallucinated answer -> partial",
+        f"  {_curl(responses, create)}",
+        "  # the same as a typed event stream, released claim by claim",
+        f"  {_curl(responses, {**create, 'stream': True})}",
+        "  # a stored response is verified too (use an id from above):",
+        f"  curl -sS -D - {responses}/RESPONSE_ID",
+    ]
     lines += [
         "",
         "  # Anthropic Messages, streamed",
@@ -96,6 +107,14 @@ def banner(gateway_url: str, admin_url: str, *, audit_file: str | None = None) -
         "      ],",
         "  )",
         '  print(raw.headers["x-citewarden-decision"], raw.parse().choices[0].message.content)',
+        "",
+        "  # the Responses API (the OpenAI Agents SDK's default) goes through the same gateway",
+        "  resp = client.responses.with_raw_response.create(",
+        f'      model="{DEMO_MODEL}",',
+        "      instructions=demo_context_system_prompt(),",
+        '      input="How much energy does the K7 store?",',
+        "  )",
+        '  print(resp.headers["x-citewarden-decision"], resp.parse().output_text)',
         "",
         "Answer keywords: good / partial / hallucinated / stale (or ask about capacity,",
         "warranty, installation, firmware). Point at a real upstream with CITEWARDEN_UPSTREAM=URL",

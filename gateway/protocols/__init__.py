@@ -5,12 +5,14 @@ from __future__ import annotations
 from gateway.protocols.anthropic_messages import AnthropicMessages
 from gateway.protocols.base import Adapter, RequestInfo, StreamParser, TextDelta
 from gateway.protocols.openai_chat import OpenAIChat
+from gateway.protocols.openai_responses import OpenAIResponses
 from gateway.protocols.rag_json import RagJson
 
 __all__ = ["ADAPTERS", "Adapter", "RequestInfo", "StreamParser", "TextDelta", "get"]
 
 ADAPTERS: dict[str, Adapter] = {
     "openai-chat": OpenAIChat(),
+    "openai-responses": OpenAIResponses(),
     "anthropic-messages": AnthropicMessages(),
     "rag-json": RagJson(),
 }

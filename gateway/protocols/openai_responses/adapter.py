@@ -1,0 +1,134 @@
+"""openai-responses: `POST /v1/responses` (JSON and typed SSE) and stored responses
+(`GET /v1/responses/{id}`), verified like any answer. The adapter ties parse, stream, render,
+context and framer together behind the interface every protocol offers."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gateway.policy import Policy, Route
+from gateway.protocols.base import (
+    BLOCKED_TYPE,
+    RequestInfo,
+    blocked_message,
+    template_text,
+)
+from gateway.protocols.openai_responses import context as rctx
+from gateway.protocols.openai_responses.framer import ResponsesFramer
+from gateway.protocols.openai_responses.parse import NAME, parse_body
+from gateway.protocols.openai_responses.render import (
+    abstained_body,
+    partial_body,
+    released_body,
+    to_events,
+    withholds_something,
+)
+from gateway.protocols.openai_responses.stream import TERMINAL, ResponsesStreamParser, loads
+from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
+from gateway.sse import SSEDecoder, SSEEvent, encode
+from gateway.types import Answer, Claim, ContextSet, Decision, Outcome, Report
+
+__all__ = ["OpenAIResponses"]
+
+
+class OpenAIResponses:
+    name = NAME
+    # A GET of a stored response (`/v1/responses/{id}`, background-mode polling) is an answer
+    # too: the proxy verifies it with an empty request.
+    stored_answers = True
+
+    def request_info(self, body: Mapping[str, object]) -> RequestInfo:
+        return RequestInfo(stream=body.get("stream") is True, include_usage=True, n=1)
+
+    def request_context(
+        self, body: Mapping[str, object], ctx: ContextSet, chunk_re: re.Pattern[str] | None
+    ) -> None:
+        rctx.request_context(body, ctx, chunk_re)
+
+    def forward_body(self, raw: bytes, path_qs: str, policy: Policy) -> bytes:
+        """The request body to forward (with the file_search results asked for)."""
+        return rctx.forward_body(raw, path_qs, policy.context, shadow=policy.mode == "shadow")
+
+    def parse(self, body: Mapping[str, object], route: Route) -> Answer:
+        return parse_body(body)
+
+    def stream_parser(self, route: Route) -> ResponsesStreamParser:
+        return ResponsesStreamParser()
+
+    def progressive_framer(self, include_usage: bool) -> ResponsesFramer:
+        return ResponsesFramer(include_usage)
+
+    def needs_rewrite(self, answer: Answer, policy: Policy) -> bool:
+        return withholds_something(answer, policy)
+
+    def stream_relayable(self, raw: bytes) -> bool:
+        """Whether a captured stream may be relayed as the upstream's bytes: it ends with its
+        terminal event and holds nothing but `event:` + `data:` lines the gateway would have
+        written itself (no comments, ids, retries or bytes after the end)."""
+        decoder = SSEDecoder()
+        events = decoder.feed(raw) + decoder.finish()
+        if not events:
+            return False
+        try:
+            last = loads(events[-1].data).get("type")
+        except Exception:
+            return False
+        return last in TERMINAL and b"".join(encode(e) for e in events) == raw
+
+    def render(
+        self,
+        answer: Answer,
+        claims: Sequence[Claim],
+        outcome: Outcome,
+        report: Report,
+        policy: Policy,
+    ) -> dict[str, object]:
+        match outcome.decision:
+            case Decision.RELEASED:
+                return released_body(answer, policy)
+            case Decision.PARTIAL:
+                return partial_body(answer, claims, outcome, policy)
+            case Decision.ABSTAINED:
+                text = template_text(outcome, policy, "no_evidence")
+                return abstained_body(answer, policy, text)
+            case Decision.REVIEW:
+                text = template_text(outcome, policy, "review_required")
+                return abstained_body(answer, policy, text)
+            case Decision.BLOCKED:
+                return self.error_envelope(
+                    policy.release.block_status, blocked_message(outcome), BLOCKED_TYPE
+                )
+            case _:
+                raise ValueError(f"unknown decision {outcome.decision!r}")
+
+    def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]:
+        return {"error": {"message": message, "type": type_, "param": None, "code": type_}}
+
+    def relay_error(self, body: object) -> dict[str, object] | None:
+        """A 4xx envelope rebuilt from its known fields only (the chat completions shape)."""
+        if not isinstance(body, Mapping) or not isinstance(body.get("error"), Mapping):
+            return None
+        error = body["error"]
+        message = relayed_message(error.get("message"))
+        if message is None:
+            return None
+        fields = relayed_fields(
+            error, message, type=relayed_token, param=relayed_token, code=relayed_code
+        )
+        return {"error": fields}
+
+    def error_event(self, message: str, type_: str) -> SSEEvent:
+        data: dict[str, Any] = {
+            "type": "error",
+            "code": type_,
+            "message": message,
+            "param": None,
+            "sequence_number": 0,
+        }
+        return SSEEvent(data=json.dumps(data), event="error")
+
+    def to_stream(self, body: Mapping[str, object], include_usage: bool) -> list[SSEEvent]:
+        return to_events(body)

@@ -1,0 +1,188 @@
+"""Where a Responses exchange's context comes from, and the request rewrite that asks for it.
+
+Request side (DESIGN §3): `instructions`, and input items from trusted places only — `system`
+/ `developer` messages and tool results (`function_call_output`, `custom_tool_call_output`);
+chunk tags in `user` (or earlier `assistant`) turns are not context. The roles follow
+`context.trust.roles` when the policy has it, else that default.
+
+Response side (routes whose `context.from` has `response`): `file_search_call` results, one
+chunk per file (its results' texts joined, id = `file_id`), and the response's echo of
+`instructions`, which is all a stored response (`GET /v1/responses/{id}`) says of its prompt.
+To get the results the gateway adds `include: ["file_search_call.results"]` to the forwarded
+request; whether the client asked for them itself is remembered for this exchange (a context
+variable, set per request task) so they are removed from its copy otherwise.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import re
+import urllib.parse
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import orjson
+
+from gateway.context import DEFAULT_TRUST, Trust, read_tags
+from gateway.types import Chunk, ContextSet
+
+__all__ = [
+    "RESULTS_INCLUDE",
+    "client_wants_results",
+    "file_search_chunks",
+    "forward_body",
+    "request_context",
+    "response_context",
+    "set_client_wants_results",
+]
+
+RESULTS_INCLUDE = "file_search_call.results"
+_TOOL_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
+
+# Did this exchange's client ask for file_search results itself? Unknown means no: the
+# results are then removed from the client's copy (the safe side).
+_CLIENT_RESULTS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "citewarden_responses_client_results", default=False
+)
+
+
+def client_wants_results() -> bool:
+    return _CLIENT_RESULTS.get()
+
+
+def set_client_wants_results(value: bool) -> None:
+    _CLIENT_RESULTS.set(value)
+
+
+def _texts(content: object) -> Iterator[str]:
+    """Text of a message `content` / tool `output`: a string or a list of text parts."""
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, list):
+        for part in content:
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                yield part["text"]
+
+
+def _items_context(
+    items: object, ctx: ContextSet, pattern: re.Pattern[str] | None, trust: Trust
+) -> None:
+    """Chunk tags of input items, each counted by `context.trust` / `context.signing` as the
+    chat adapters count theirs (untrusted ones are rejected and counted)."""
+    if isinstance(items, str):  # a bare string input is a user message
+        read_tags(ctx, items, pattern, trust, "user" in trust.roles)
+        return
+    if not isinstance(items, list):
+        return
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        itype = item.get("type")
+        if itype in _TOOL_OUTPUTS:
+            for text in _texts(item.get("output")):
+                read_tags(ctx, text, pattern, trust, "tool" in trust.roles)
+        elif itype in (None, "message"):
+            role = item.get("role")
+            if not isinstance(role, str) or role == "assistant":
+                continue  # earlier model output is never context, signed or not
+            for text in _texts(item.get("content")):
+                read_tags(ctx, text, pattern, trust, role in trust.roles)
+
+
+def request_context(
+    body: Mapping[str, object],
+    ctx: ContextSet,
+    pattern: re.Pattern[str] | None,
+    trust: Trust = DEFAULT_TRUST,
+) -> None:
+    """Chunks in `instructions` (the application's, trusted as a system message) and in the
+    trusted input items of a create request."""
+    instructions = body.get("instructions")
+    if isinstance(instructions, str):
+        read_tags(ctx, instructions, pattern, trust, True)
+    else:
+        _items_context(instructions, ctx, pattern, trust)
+    _items_context(body.get("input"), ctx, pattern, trust)
+
+
+def file_search_chunks(body: Mapping[str, object]) -> list[Chunk]:
+    """One chunk per file among the response's file_search results, texts joined in order."""
+    texts: dict[str, list[str]] = {}
+    names: dict[str, str | None] = {}
+    output = body.get("output")
+    for item in output if isinstance(output, list) else []:
+        if not isinstance(item, Mapping) or item.get("type") != "file_search_call":
+            continue
+        results = item.get("results")
+        for r in results if isinstance(results, list) else []:
+            if not isinstance(r, Mapping):
+                continue
+            fid = r.get("file_id")
+            if not isinstance(fid, str) or not fid:
+                continue
+            parts = texts.setdefault(fid, [])
+            if isinstance(r.get("text"), str):
+                parts.append(r["text"])
+            filename = r.get("filename")
+            names.setdefault(fid, filename if isinstance(filename, str) else None)
+    return [
+        Chunk(id=fid, text="\n\n".join(parts) if parts else None, source=names.get(fid))
+        for fid, parts in texts.items()
+    ]
+
+
+def response_context(
+    body: object, ctx: ContextSet, pattern: re.Pattern[str] | None, trust: Trust = DEFAULT_TRUST
+) -> None:
+    """File-search results and the echoed instructions of a response object (the echo is
+    what the client sent: it counts as the request's instructions would, signing included)."""
+    if not isinstance(body, Mapping):
+        return
+    ctx.extend(file_search_chunks(body))
+    instructions = body.get("instructions")
+    if isinstance(instructions, str):
+        read_tags(ctx, instructions, pattern, trust, True)
+    else:
+        _items_context(instructions, ctx, pattern, trust)
+
+
+def _query_includes(path_qs: str) -> bool:
+    query = path_qs.partition("?")[2]
+    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    return any(k in ("include", "include[]") and v == RESULTS_INCLUDE for k, v in pairs)
+
+
+def forward_body(raw: bytes, path_qs: str, spec: Any, *, shadow: bool = False) -> bytes:
+    """The request body to forward, and this exchange's record of whether the client asked for
+    file_search results. With `response` among the context sources, a create request gets
+    `include: ["file_search_call.results"]` added — except in shadow mode, which forwards the
+    upstream's answer as it is and so must not change what the upstream answers. A body that
+    is not a JSON object is forwarded as is (the upstream answers it)."""
+    if not raw.strip():
+        set_client_wants_results(_query_includes(path_qs))
+        return raw
+    rewrites = not shadow and "response" in getattr(spec, "from_", ())
+    if not rewrites and RESULTS_INCLUDE.encode() not in raw:
+        set_client_wants_results(_query_includes(path_qs))  # nothing to parse the body for
+        return raw
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        set_client_wants_results(False)
+        return raw
+    if not isinstance(body, dict):
+        set_client_wants_results(False)
+        return raw
+    include = body.get("include")
+    asked = isinstance(include, list) and RESULTS_INCLUDE in include
+    set_client_wants_results(asked or _query_includes(path_qs))
+    if asked or not rewrites:
+        return raw
+    if include is not None and not isinstance(include, list):
+        return raw  # the upstream rejects it; nothing to add to
+    body["include"] = [*(include or []), RESULTS_INCLUDE]
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()

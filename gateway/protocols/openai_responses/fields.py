@@ -1,0 +1,171 @@
+"""The Responses field table: every field the adapter knows, at every level, and the shape a
+metadata field must have to be kept. A field not listed here is unknown and dropped on verified
+routes unless `channels.allow_fields` names it (DESIGN §2, "Every field is decided").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+
+__all__ = [
+    "ANNOTATION_KEYS",
+    "ITEM_KEYS",
+    "PART_KEYS",
+    "TOP_KEYS",
+    "shape_ok",
+]
+
+_TOKEN = re.compile(r"[A-Za-z0-9_.:@/+=\-]{1,256}")
+_FILENAME = re.compile(r"[^\x00-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069]{1,255}")
+_URL = re.compile(r"https?://[^\s\x00-\x1f\x7f]{1,2048}")
+
+
+def _token(v: object) -> bool:
+    return isinstance(v, str) and _TOKEN.fullmatch(v) is not None
+
+
+def _opt_token(v: object) -> bool:
+    return v is None or _token(v)
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _opt_number(v: object) -> bool:
+    return v is None or _number(v)
+
+
+def _opt_int(v: object) -> bool:
+    return v is None or (isinstance(v, int) and not isinstance(v, bool))
+
+
+def _opt_bool(v: object) -> bool:
+    return v is None or isinstance(v, bool)
+
+
+def _any(v: object) -> bool:
+    return True
+
+
+def _opt_obj(v: object) -> bool:
+    return v is None or isinstance(v, Mapping)
+
+
+def _opt_list(v: object) -> bool:
+    return v is None or isinstance(v, list)
+
+
+def _numbers_tree(v: object) -> bool:
+    """Usage: numbers, or objects of numbers, nothing else (no text can hide in it)."""
+    if v is None or _number(v):
+        return True
+    if isinstance(v, Mapping):
+        return all(_token(k) and _numbers_tree(x) for k, x in v.items())
+    return False
+
+
+def _error(v: object) -> bool:
+    # A failed response's error message is upstream text: only its absence is kept.
+    return v is None
+
+
+def _incomplete(v: object) -> bool:
+    if v is None:
+        return True
+    return isinstance(v, Mapping) and set(v) <= {"reason"} and _opt_token(v.get("reason"))
+
+
+def _status(v: object) -> bool:
+    return v in ("completed", "failed", "in_progress", "cancelled", "queued", "incomplete")
+
+
+# Top-level fields of a Response object. Echoes of the client's own request (instructions,
+# tools, text format, metadata, …) are not model output and are kept as sent.
+TOP_KEYS: dict[str, Callable[[object], bool]] = {
+    "id": _token,
+    "object": lambda v: v == "response",
+    "created_at": _number,
+    "completed_at": _opt_number,
+    "status": _status,
+    "background": _opt_bool,
+    "error": _error,
+    "incomplete_details": _incomplete,
+    "instructions": _any,
+    "max_output_tokens": _opt_int,
+    "max_tool_calls": _opt_int,
+    "model": _token,
+    "output": lambda v: isinstance(v, list),
+    "parallel_tool_calls": _opt_bool,
+    "previous_response_id": _opt_token,
+    "conversation": _opt_obj,
+    "prompt": _opt_obj,
+    "prompt_cache_key": _opt_token,
+    "prompt_cache_retention": _opt_token,
+    "reasoning": _opt_obj,
+    "safety_identifier": _opt_token,
+    "service_tier": _opt_token,
+    "store": _opt_bool,
+    "temperature": _opt_number,
+    "text": _opt_obj,
+    "tool_choice": _any,
+    "tools": _opt_list,
+    "top_logprobs": _opt_int,
+    "top_p": _opt_number,
+    "truncation": _opt_token,
+    "usage": _numbers_tree,
+    "user": _opt_token,
+    "metadata": _opt_obj,
+}
+
+# Known keys per output item type; the text-bearing ones are channels (parse.py).
+ITEM_KEYS: dict[str, frozenset[str]] = {
+    "message": frozenset({"id", "type", "role", "status", "content", "phase"}),
+    "function_call": frozenset(
+        {"id", "type", "call_id", "name", "arguments", "status", "namespace"}
+    ),
+    "custom_tool_call": frozenset({"id", "type", "call_id", "name", "input", "namespace"}),
+    "reasoning": frozenset({"id", "type", "summary", "content", "encrypted_content", "status"}),
+    "file_search_call": frozenset({"id", "type", "status", "queries", "results"}),
+    "web_search_call": frozenset({"id", "type", "status", "action"}),
+}
+ITEM_SHAPES: dict[str, Callable[[object], bool]] = {
+    "id": _token,
+    "call_id": _token,
+    "name": _token,
+    "namespace": _opt_token,
+    "status": lambda v: v is None or _token(v),
+    "role": lambda v: v == "assistant",
+    "phase": _opt_token,
+    "encrypted_content": lambda v: v is None or isinstance(v, str),
+}
+
+PART_KEYS: dict[str, frozenset[str]] = {
+    "output_text": frozenset({"type", "text", "annotations", "logprobs"}),
+    "refusal": frozenset({"type", "refusal"}),
+}
+
+ANNOTATION_KEYS: dict[str, frozenset[str]] = {
+    "url_citation": frozenset({"type", "url", "start_index", "end_index", "title"}),
+    "file_citation": frozenset({"type", "file_id", "filename", "index"}),
+    "container_file_citation": frozenset(
+        {"type", "container_id", "file_id", "filename", "start_index", "end_index"}
+    ),
+    "file_path": frozenset({"type", "file_id", "index"}),
+}
+ANNOTATION_SHAPES: dict[str, Callable[[object], bool]] = {
+    "url": lambda v: isinstance(v, str) and _URL.fullmatch(v) is not None,
+    "file_id": _token,
+    "container_id": _token,
+    "filename": lambda v: isinstance(v, str) and _FILENAME.fullmatch(v) is not None,
+    "index": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    "start_index": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    "end_index": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+}
+
+
+def shape_ok(table: Mapping[str, Callable[[object], bool]], key: str, value: object) -> bool:
+    """Whether a known field's value has its expected type and shape (unlisted: any)."""
+    check = table.get(key)
+    return check is None or check(value)

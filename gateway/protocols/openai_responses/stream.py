@@ -1,0 +1,405 @@
+"""The typed Responses event stream (`response.created` … `response.completed`) assembled into
+the response body the JSON API would have sent, sans-io: `feed(event) -> text deltas`,
+`finish() -> Answer`.
+
+The stream repeats every text (`output_text.done`, `content_part.done`, `output_item.done`,
+the terminal event's `response`); a copy that differs from the deltas makes the stream
+ambiguous and it fails closed. `response.failed` and `error` events fail it too. Event types
+and fields the adapter does not know are recorded as unknown fields, so such a stream is
+re-rendered rather than relayed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.errors import ProtocolError
+from gateway.protocols.base import TextDelta, channel_key
+from gateway.protocols.openai_responses.context import file_search_chunks
+from gateway.protocols.openai_responses.parse import TEXT, annotation_spans, parse_body
+from gateway.sse import SSEEvent
+from gateway.types import Answer, Citation, ContextSet
+
+__all__ = ["EVENT_KEYS", "TERMINAL", "PrimarySpans", "ResponsesStreamParser", "loads"]
+
+Json = dict[str, Any]
+
+_SEQ = ("type", "sequence_number")
+_ITEM = (*_SEQ, "item_id", "output_index")
+_PART = (*_ITEM, "content_index")
+EVENT_KEYS: dict[str, frozenset[str]] = {
+    k: frozenset(v)
+    for k, v in {
+        "response.created": (*_SEQ, "response"),
+        "response.in_progress": (*_SEQ, "response"),
+        "response.queued": (*_SEQ, "response"),
+        "response.completed": (*_SEQ, "response"),
+        "response.incomplete": (*_SEQ, "response"),
+        "response.output_item.added": (*_SEQ, "output_index", "item"),
+        "response.output_item.done": (*_SEQ, "output_index", "item"),
+        "response.content_part.added": (*_PART, "part"),
+        "response.content_part.done": (*_PART, "part"),
+        "response.output_text.delta": (*_PART, "delta", "logprobs", "obfuscation"),
+        "response.output_text.done": (*_PART, "text", "logprobs"),
+        "response.output_text.annotation.added": (*_PART, "annotation_index", "annotation"),
+        "response.refusal.delta": (*_PART, "delta", "obfuscation"),
+        "response.refusal.done": (*_PART, "refusal"),
+        "response.function_call_arguments.delta": (*_ITEM, "delta", "obfuscation"),
+        "response.function_call_arguments.done": (*_ITEM, "arguments", "name"),
+        "response.custom_tool_call_input.delta": (*_ITEM, "delta", "obfuscation"),
+        "response.custom_tool_call_input.done": (*_ITEM, "input"),
+        "response.reasoning_summary_part.added": (*_ITEM, "summary_index", "part"),
+        "response.reasoning_summary_part.done": (*_ITEM, "summary_index", "part", "status"),
+        "response.reasoning_summary_text.delta": (*_ITEM, "summary_index", "delta", "obfuscation"),
+        "response.reasoning_summary_text.done": (*_ITEM, "summary_index", "text"),
+        "response.reasoning_text.delta": (*_PART, "delta", "obfuscation"),
+        "response.reasoning_text.done": (*_PART, "text"),
+        "response.file_search_call.in_progress": _ITEM,
+        "response.file_search_call.searching": _ITEM,
+        "response.file_search_call.completed": _ITEM,
+        "response.web_search_call.in_progress": _ITEM,
+        "response.web_search_call.searching": _ITEM,
+        "response.web_search_call.completed": _ITEM,
+    }.items()
+}
+TERMINAL = frozenset({"response.completed", "response.incomplete"})
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> Json:
+    out: Json = {}
+    for k, v in pairs:
+        if k in out:
+            raise ProtocolError(f"openai-responses: duplicate key {k!r} in a stream event")
+        out[k] = v
+    return out
+
+
+def loads(data: str) -> Json:
+    """One event's JSON object; a duplicate key is ambiguous and fails closed."""
+    try:
+        value = json.loads(data, object_pairs_hook=_no_duplicates)
+    except ValueError as exc:
+        raise ProtocolError("openai-responses: stream event is not JSON") from exc
+    if not isinstance(value, dict):
+        raise ProtocolError("openai-responses: stream event is not a JSON object")
+    return value
+
+
+def _int(data: Mapping[str, Any], key: str) -> int:
+    v = data.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ProtocolError(f"openai-responses: {data.get('type')} without a valid {key}")
+    return v
+
+
+class ResponsesStreamParser:
+    """Assembles one Responses event stream; text arrives as (channel key, text) deltas."""
+
+    def __init__(self) -> None:
+        self._head: Json | None = None
+        self._final: Json | None = None
+        self._items: dict[int, Json] = {}
+        self._done_items: dict[int, Json] = {}
+        self._grown: dict[tuple[Any, ...], list[str]] = {}
+        self._ordinal: dict[tuple[int, int], int] = {}
+        self._unknown: list[tuple[str | int, ...]] = []
+        self._ctx: ContextSet | None = None
+        self._done = False
+        # Text of the last output_text.delta, handed on with the next event: the annotation
+        # that cites a claim follows the delta that ends it, and a claim verifier must see it.
+        self._held: list[TextDelta] = []
+
+    def bind_context(self, ctx: ContextSet, spec: object) -> None:
+        """File-search results that arrive in the stream join `ctx` as they come (on routes
+        whose context comes from the response), before the claims that cite them."""
+        if "response" in getattr(spec, "from_", ()):
+            self._ctx = ctx
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @property
+    def native_spans(self) -> PrimarySpans:
+        return PrimarySpans(self)
+
+    # -- events ----------------------------------------------------------------------------
+
+    def feed(self, event: SSEEvent) -> list[TextDelta]:
+        if self._done:
+            return []
+        data = loads(event.data)
+        etype = data.get("type")
+        if not isinstance(etype, str):
+            raise ProtocolError("openai-responses: stream event without a type")
+        if event.event is not None and event.event != etype:
+            raise ProtocolError("openai-responses: SSE event name and type disagree")
+        if etype in ("error", "response.failed"):
+            raise ProtocolError("openai-responses: the stream carried a failure")
+        known = EVENT_KEYS.get(etype)
+        if known is None:
+            self._unknown.append(("stream", etype))
+            return []
+        for key, value in data.items():
+            if key not in known or (key == "obfuscation" and not isinstance(value, str)):
+                self._unknown.append(("stream", etype, key))
+        if event.id is not None or event.retry is not None:
+            self._unknown.append(("stream", etype, "id" if event.id is not None else "retry"))
+        if self._head is None and etype != "response.created":
+            raise ProtocolError(f"openai-responses: {etype} before response.created")
+        out = self._event(etype, data)
+        held, self._held = self._held, []
+        if etype == "response.output_text.delta":
+            self._held = out
+            return held
+        return held + out if held else out
+
+    def _event(self, etype: str, data: Json) -> list[TextDelta]:
+        if etype in ("response.created", "response.in_progress", "response.queued"):
+            resp = data.get("response")
+            if not isinstance(resp, dict):
+                raise ProtocolError(f"openai-responses: {etype} without a response")
+            if self._head is not None and resp.get("id") != self._head.get("id"):
+                raise ProtocolError("openai-responses: the response id changed mid-stream")
+            self._head = resp
+            return []
+        if etype in TERMINAL:
+            resp = data.get("response")
+            if not isinstance(resp, dict) or resp.get("id") != (self._head or {}).get("id"):
+                raise ProtocolError(f"openai-responses: {etype} without the same response")
+            self._final = resp
+            self._done = True
+            return []
+        i = _int(data, "output_index")
+        if etype == "response.output_item.added":
+            return self._item_added(i, data.get("item"))
+        item = self._items.get(i)
+        if item is None:
+            raise ProtocolError(f"openai-responses: {etype} for an output item never added")
+        if etype == "response.output_item.done":
+            return self._item_done(i, item, data.get("item"))
+        if "item_id" in data and data["item_id"] != item.get("id"):
+            raise ProtocolError("openai-responses: item_id does not match the output item")
+        return self._content(etype, i, item, data)
+
+    def _item_added(self, i: int, item: object) -> list[TextDelta]:
+        if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+            raise ProtocolError("openai-responses: output_item.added without an item")
+        if i in self._items:
+            raise ProtocolError("openai-responses: output index added twice")
+        item = copy.deepcopy(item)
+        self._items[i] = item
+        out: list[TextDelta] = []
+        itype = item["type"]
+        if itype == "message":
+            parts = item.get("content") or []
+            item["content"] = []
+            for j, part in enumerate(parts):
+                out += self._part_added(i, item, j, part)
+        elif itype == "function_call":
+            out += self._grow(("output", i, "arguments"), str(item.get("arguments") or ""))
+        elif itype == "custom_tool_call":
+            out += self._grow(("output", i, "input"), str(item.get("input") or ""))
+        elif itype == "reasoning":
+            for k, part in enumerate(item.get("summary") or []):
+                text = part.get("text", "") if isinstance(part, dict) else ""
+                out += self._grow(("output", i, "summary", k, "text"), str(text))
+        return out
+
+    def _key(self, i: int, j: int, field: str) -> tuple[Any, ...]:
+        if field == "text":
+            return (TEXT, self._ordinal[(i, j)])
+        return ("output", i, "content", j, field)
+
+    def _part_added(self, i: int, item: Json, j: int, part: object) -> list[TextDelta]:
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise ProtocolError("openai-responses: content part without a type")
+        content = item.setdefault("content", [])
+        if j != len(content):
+            raise ProtocolError("openai-responses: content parts out of order")
+        part = copy.deepcopy(part)
+        content.append(part)
+        if part["type"] == "output_text":
+            self._ordinal[(i, j)] = len(self._ordinal)
+            return self._grow(self._key(i, j, "text"), str(part.get("text") or ""))
+        if part["type"] == "refusal":
+            return self._grow(self._key(i, j, "refusal"), str(part.get("refusal") or ""))
+        return []
+
+    def _grow(self, key: tuple[Any, ...], text: str) -> list[TextDelta]:
+        self._grown.setdefault(key, []).append(text)
+        return [(channel_key(key), text)] if text else []
+
+    def _text(self, key: tuple[Any, ...]) -> str:
+        parts = self._grown.get(key)
+        if parts is None:
+            return ""
+        if len(parts) > 1:
+            parts[:] = ["".join(parts)]
+        return parts[0]
+
+    def _same(self, key: tuple[Any, ...], value: object) -> None:
+        """A repeated copy of a text must equal what its deltas built."""
+        if value != self._text(key):
+            raise ProtocolError("openai-responses: a repeated text differs from its deltas")
+
+    def _content(self, etype: str, i: int, item: Json, data: Json) -> list[TextDelta]:
+        kind = etype.removeprefix("response.")
+        if kind.startswith(("content_part.", "output_text.", "refusal.", "reasoning_text.")):
+            j = _int(data, "content_index")
+            if kind == "content_part.added":
+                return self._part_added(i, item, j, data.get("part"))
+            content = item.get("content") or []
+            if j >= len(content) and not kind.startswith("reasoning_text."):
+                raise ProtocolError(f"openai-responses: {etype} for a part never added")
+            if kind == "output_text.delta":
+                return self._grow(self._key(i, j, "text"), self._delta(data))
+            if kind == "output_text.done":
+                self._same(self._key(i, j, "text"), data.get("text"))
+            elif kind == "output_text.annotation.added":
+                ann = data.get("annotation")
+                anns = content[j].setdefault("annotations", [])
+                if _int(data, "annotation_index") != len(anns):
+                    raise ProtocolError("openai-responses: annotations out of order")
+                anns.append(copy.deepcopy(ann))
+            elif kind == "refusal.delta":
+                return self._grow(self._key(i, j, "refusal"), self._delta(data))
+            elif kind == "refusal.done":
+                self._same(self._key(i, j, "refusal"), data.get("refusal"))
+            elif kind == "content_part.done":
+                part = data.get("part")
+                if not isinstance(part, dict) or part.get("type") != content[j].get("type"):
+                    raise ProtocolError("openai-responses: content_part.done changed the part")
+                field = "text" if part["type"] == "output_text" else "refusal"
+                if field in part:
+                    self._same(self._key(i, j, field), part[field])
+            elif kind == "reasoning_text.delta":
+                return self._grow(("output", i, "content", j, "text"), self._delta(data))
+            elif kind == "reasoning_text.done":
+                self._same(("output", i, "content", j, "text"), data.get("text"))
+            return []
+        if kind == "function_call_arguments.delta":
+            return self._grow(("output", i, "arguments"), self._delta(data))
+        if kind == "function_call_arguments.done":
+            self._same(("output", i, "arguments"), data.get("arguments"))
+        elif kind == "custom_tool_call_input.delta":
+            return self._grow(("output", i, "input"), self._delta(data))
+        elif kind == "custom_tool_call_input.done":
+            self._same(("output", i, "input"), data.get("input"))
+        elif kind.startswith("reasoning_summary_"):
+            k = _int(data, "summary_index")
+            key = ("output", i, "summary", k, "text")
+            if kind == "reasoning_summary_part.added":
+                part = data.get("part")
+                text = part.get("text", "") if isinstance(part, dict) else ""
+                return self._grow(key, str(text))
+            if kind == "reasoning_summary_text.delta":
+                return self._grow(key, self._delta(data))
+            if kind == "reasoning_summary_text.done":
+                self._same(key, data.get("text"))
+            elif kind == "reasoning_summary_part.done":
+                part = data.get("part")
+                self._same(key, part.get("text") if isinstance(part, dict) else None)
+        return []
+
+    @staticmethod
+    def _delta(data: Mapping[str, Any]) -> str:
+        delta = data.get("delta")
+        if not isinstance(delta, str):
+            raise ProtocolError(f"openai-responses: {data.get('type')} without a text delta")
+        return delta
+
+    def _item_done(self, i: int, item: Json, done: object) -> list[TextDelta]:
+        if not isinstance(done, dict) or done.get("type") != item.get("type"):
+            raise ProtocolError("openai-responses: output_item.done changed the item")
+        if done.get("id") != item.get("id"):
+            raise ProtocolError("openai-responses: output_item.done changed the item id")
+        self._check_item(i, done)
+        self._done_items[i] = copy.deepcopy(done)
+        if self._ctx is not None and done.get("type") == "file_search_call":
+            self._ctx.extend(file_search_chunks({"output": [done]}))
+        return []
+
+    def _check_item(self, i: int, done: Mapping[str, Any]) -> None:
+        """The finished item's texts equal what the deltas built (when there were deltas)."""
+        itype = done.get("type")
+        if itype == "message":
+            content = done.get("content")
+            if not isinstance(content, list):
+                raise ProtocolError("openai-responses: message without a content list")
+            for j, part in enumerate(content):
+                if not isinstance(part, Mapping):
+                    raise ProtocolError("openai-responses: content part is not an object")
+                if part.get("type") == "output_text" and (i, j) in self._ordinal:
+                    self._same(self._key(i, j, "text"), part.get("text"))
+                elif part.get("type") == "refusal":
+                    key = self._key(i, j, "refusal")
+                    if key in self._grown:
+                        self._same(key, part.get("refusal"))
+            if len(content) != len(self._items[i].get("content") or []):
+                raise ProtocolError("openai-responses: output_item.done has other parts")
+        for field in ("arguments", "input"):
+            key = ("output", i, field)
+            if key in self._grown:
+                self._same(key, done.get(field))
+        if itype == "reasoning":
+            summary = done.get("summary") or []
+            for k, part in enumerate(summary if isinstance(summary, list) else []):
+                key = ("output", i, "summary", k, "text")
+                if key in self._grown:
+                    self._same(key, part.get("text") if isinstance(part, Mapping) else None)
+
+    # -- the whole answer --------------------------------------------------------------------
+
+    def body(self) -> Json:
+        if not self._done or self._final is None:
+            raise ProtocolError("openai-responses: stream ended without response.completed")
+        if set(self._items) != set(self._done_items):
+            raise ProtocolError("openai-responses: an output item never finished")
+        body = copy.deepcopy(self._final)
+        done = [self._done_items[i] for i in sorted(self._done_items)]
+        output = body.get("output")
+        if output is None:
+            body["output"] = done
+        elif output != done:
+            raise ProtocolError("openai-responses: the final response differs from its items")
+        return body
+
+    def finish(self) -> Answer:
+        answer = parse_body(self.body())
+        answer.unknown_fields.extend(self._unknown)
+        return answer
+
+
+class PrimarySpans:
+    """Native citations of the first output_text part seen so far, for a stream verifier that
+    checks each claim as soon as it is complete (annotations that arrive after the next claim's
+    text began are not seen in time, and that claim fails closed)."""
+
+    def __init__(self, parser: ResponsesStreamParser) -> None:
+        self._parser = parser
+
+    def observe(self, event: SSEEvent, offset: int) -> None:
+        """The parser itself collects annotations as it is fed."""
+
+    def overlapping(self, start: int, end: int, length: int) -> tuple[Citation, ...]:
+        p = self._parser
+        at = next((ij for ij, n in p._ordinal.items() if n == 0), None)
+        if at is None:
+            return ()
+        i, j = at
+        part = p._items[i]["content"][j]
+        anns = part.get("annotations")
+        if not anns:
+            return ()
+        text = p._text(p._key(i, j, "text"))
+        try:
+            spans = annotation_spans(text, anns, ("output", i, "content", j), [])
+        except ProtocolError:
+            return ()  # the parser reports it when the stream ends
+        return tuple(
+            c for s, e, c in spans if (s < end and e > start) or (s == e and start <= s <= end)
+        )
