@@ -105,6 +105,9 @@ def _uvicorn_config(
         host=host,
         port=port,
         log_level="warning" if log_level == "info" else log_level,
+        # uvicorn's own logging config would give its loggers handlers of their own, past the
+        # redacting JSON writer that audit.configure_logging installs on the root logger.
+        log_config=None,
         access_log=False,
         lifespan="on",
         loop="auto",  # uvloop when installed
