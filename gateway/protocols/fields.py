@@ -247,7 +247,10 @@ def _walk(rule: Rule, value: object, path: Path, log: FieldLog, level: str) -> o
         if type(value) is not dict:
             log.dropped.append((rule.level, path))
             return _MISSING
-        table = rule.types.get(value.get("type"))  # type: ignore[arg-type]
+        kind = value.get("type")
+        if type(kind) is not str:
+            raise ProtocolError(f"a {rule.level} whose type is not a string")
+        table = rule.types.get(kind)
         if table is None:
             log.unknown.append((rule.level, path))
             return value
