@@ -20,6 +20,7 @@ from gateway.errors import BodyTooLarge, ProtocolError, UpstreamError
 from gateway.metrics import Metrics
 from gateway.pipeline import Judgement, KnownVerdicts, Pipelines, RoutePipeline, dumps
 from gateway.policy import PolicyStore
+from gateway.protocols.fields import loads_unique
 from gateway.sse import SSEDecoder
 from gateway.stream import ProgressiveRelease, StreamVerifier
 from gateway.turns import Turns
@@ -111,7 +112,7 @@ def _judge(
         _, answer = verifier.finish()
         ctx, known, streamed_text = verifier.ctx, verifier.known, verifier.text
     else:
-        parsed = orjson.loads(body)
+        parsed = loads_unique(body)
         if not isinstance(parsed, dict):
             raise ProtocolError("upstream body is not a JSON object")
         answer = pipeline.adapter.parse(parsed, pipeline.route)
@@ -373,6 +374,7 @@ class _Exchange:
                 else:
                     for event in decoder.finish():
                         verifier.feed(event)
+                verifier.sse_undefined = decoder.undefined
                 return s.status, s.headers, b"".join(parts), verifier
         finally:
             self.upstream_seconds += time.perf_counter() - t0
@@ -480,6 +482,10 @@ class _Exchange:
                 rendered.status, rendered.body, content_type, extra, decision=decision
             )
             served = outcome.decision in (Decision.RELEASED, Decision.PARTIAL)
+            if served:
+                self.app.metrics.observe_fields_dropped(
+                    self.route_label, pipeline.dropped_levels(answer)
+                )
         self.app.deferred.call(
             self.app.metrics.observe_tokens, self.route_label, served, answer.usage
         )
@@ -522,6 +528,7 @@ class _Exchange:
             self.app.deferred.call(
                 self.app.metrics.observe_tokens, self.route_label, release.served, release.usage
             )
+        self.app.metrics.observe_fields_dropped(self.route_label, release.dropped)
         self._account(
             pipeline,
             release.decision,
