@@ -76,7 +76,8 @@ _TOKEN = Meta(is_token)
 _INT = Meta(is_int)
 _NULL_INT = Meta(nullable(is_int))
 _STOP_REASON = Meta(
-    nullable(
+    fallback=None,
+    check=nullable(
         is_enum(
             "end_turn",
             "max_tokens",
@@ -89,8 +90,7 @@ _STOP_REASON = Meta(
     )
 )
 # The stop sequence that matched is one of the client's own; only a token-like one is relayed.
-_STOP_SEQUENCE = Meta(nullable(is_token))
-_USAGE = Meta(nullable(usage_check))
+_STOP_SEQUENCE = Meta(nullable(is_token), fallback=None)
 _VERIFIED = Opaque("verified against the request's documents")
 
 
@@ -164,14 +164,15 @@ _BLOCK = ByType(
 BODY_TABLE = Obj(
     "top",
     {
-        "id": _TOKEN,
-        "type": Meta(is_enum("message")),
-        "role": Meta(is_enum("assistant")),
-        "model": Meta(is_model),
+        # Fields the SDKs require are replaced, not removed, when their value is dropped.
+        "id": Meta(is_token, fallback=""),
+        "type": Meta(is_enum("message"), fallback="message"),
+        "role": Meta(is_enum("assistant"), fallback="assistant"),
+        "model": Meta(is_model, fallback=""),
         "content": Items(_BLOCK),
         "stop_reason": _STOP_REASON,
         "stop_sequence": _STOP_SEQUENCE,
-        "usage": _USAGE,
+        "usage": Meta(usage_check, fallback={"input_tokens": 0, "output_tokens": 0}),
     },
     nullable=False,
 )
@@ -448,7 +449,7 @@ class AnthropicStreamParser:
             self._message = copy.deepcopy(msg)
             return []
         if self._message is None:
-            raise ProtocolError(f"anthropic-messages: {etype} before message_start")
+            raise ProtocolError("anthropic-messages: an event before message_start")
         if etype == "content_block_start":
             return self._block_start(data)
         if etype == "content_block_delta":
@@ -548,6 +549,15 @@ class AnthropicStreamParser:
         answer = parse_body(self.body())
         answer.dropped.extend(self._dropped)
         return answer
+
+
+def _known_keys(citation: object) -> object:
+    """A citation with only the keys the field table knows for its type (a rebuilt block
+    carries no unknown field, allow-listed or not)."""
+    if not isinstance(citation, dict):
+        return citation
+    table = _CITATION.types.get(str(citation.get("type")))
+    return {k: v for k, v in citation.items() if table is not None and k in table.fields}
 
 
 class AnthropicMessages:
@@ -711,7 +721,7 @@ class AnthropicMessages:
                 if s >= e:
                     continue
                 cits = [
-                    c
+                    _known_keys(c)
                     for c in raw_cits[bi]
                     if (nc := native_citation(c)) is not None and nc.native in own
                 ]

@@ -10,6 +10,7 @@ code reads the result. `loads_unique` parses JSON and refuses a duplicate key an
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -134,11 +135,21 @@ class Rule:
     __slots__ = ()
 
 
+class _NoFallback:
+    def __repr__(self) -> str:
+        return "NO_FALLBACK"
+
+
+NO_FALLBACK: Any = _NoFallback()
+
+
 @dataclass(frozen=True, slots=True)
 class Meta(Rule):
-    """Known metadata: kept only when `check(value)`."""
+    """Known metadata: kept only when `check(value)`. A value that fails is dropped, or, for a
+    field clients' schemas require, replaced by `fallback` (an id becomes "")."""
 
     check: Check
+    fallback: object = NO_FALLBACK
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +251,7 @@ def _walk(rule: Rule, value: object, path: Path, log: FieldLog, level: str) -> o
         if rule.check(value):
             return value
         log.dropped.append((level, path))
-        return _MISSING
+        return _MISSING if rule.fallback is NO_FALLBACK else copy.deepcopy(rule.fallback)
     if isinstance(rule, Obj):
         return _obj(rule, value, path, log, level)
     if isinstance(rule, ByType):
@@ -262,7 +273,15 @@ def _walk(rule: Rule, value: object, path: Path, log: FieldLog, level: str) -> o
             log.dropped.append((level, path))
             return _MISSING
         out: list[object] = []
-        for x in value:
+        typed = rule.item if isinstance(rule.item, ByType) else None
+        for i, x in enumerate(value):
+            if typed is not None and type(x) is dict and x.get("type") not in typed.types:
+                # An element of a type the table does not know (a new annotation or block
+                # kind): nothing a client could be shown safely, so it leaves the list.
+                if type(x.get("type")) is not str:
+                    raise ProtocolError(f"a {typed.level} whose type is not a string")
+                log.dropped.append((typed.level, (*path, i)))
+                continue
             try:
                 kept = _walk(rule.item, x, (*path, len(out)), log, level)
             except _Invalid:

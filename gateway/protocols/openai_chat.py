@@ -120,11 +120,12 @@ _TOOL_CALL = Obj(
 _AUDIO = Obj(
     "audio",
     {"id": _TOKEN, "data": Meta(is_opaque), "expires_at": _INT, "transcript": Text("transcript")},
+    required=frozenset({"id"}),
 )
 _MESSAGE_TABLE = Obj(
     "message",
     {
-        "role": _ASSISTANT,
+        "role": Meta(is_enum("assistant"), fallback="assistant"),
         "content": Text("content"),
         "refusal": Text("refusal"),
         "reasoning_content": Text("reasoning"),
@@ -144,7 +145,7 @@ _CHOICE_TABLE = Obj(
     {
         "index": _INT,
         "message": _MESSAGE_TABLE,
-        "finish_reason": Meta(_FINISH),
+        "finish_reason": Meta(_FINISH, fallback="stop"),
         "logprobs": _LOGPROBS,
     },
     required=frozenset({"message"}),
@@ -153,10 +154,11 @@ _CHOICE_TABLE = Obj(
 BODY_TABLE = Obj(
     "top",
     {
-        "id": _TOKEN,
-        "object": Meta(is_enum("chat.completion")),
-        "created": _INT,
-        "model": Meta(is_model),
+        # Fields the SDKs require are replaced, not removed, when their value is dropped.
+        "id": Meta(is_token, fallback=""),
+        "object": Meta(is_enum("chat.completion"), fallback="chat.completion"),
+        "created": Meta(is_int, fallback=0),
+        "model": Meta(is_model, fallback=""),
         "choices": Items(_CHOICE_TABLE),
         "usage": _USAGE,
         "system_fingerprint": _NULL_TOKEN,
@@ -263,7 +265,7 @@ def parse_body(body: Mapping[str, object]) -> Answer:
         raise ProtocolError("openai-chat: response body is not a JSON object")
     obj = body.get("object")
     if obj is not None and obj != "chat.completion":
-        raise ProtocolError(f"openai-chat: unexpected object {obj!r}")
+        raise ProtocolError("openai-chat: the body is not a chat.completion object")
     if not isinstance(body.get("choices"), list):
         raise ProtocolError("openai-chat: response has no choices list")
     raw_choices: list[object] = body["choices"]  # type: ignore[assignment]
@@ -443,7 +445,7 @@ class OpenAIStreamParser:
             raise ProtocolError("openai-chat: the stream carried an error")
         obj = chunk.get("object")
         if obj is not None and obj != "chat.completion.chunk":
-            raise ProtocolError(f"openai-chat: unexpected stream object {obj!r}")
+            raise ProtocolError("openai-chat: a stream event is not a chat.completion.chunk")
         log = FieldLog()
         clean(FRAME_TABLE, chunk, log)
         if log.unknown or log.dropped:
