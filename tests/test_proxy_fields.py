@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import socket
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,10 +21,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anthropic
+import httpx
 import openai
 import pytest
 
 from gateway.demo import wire
+from gateway.sse import SSEDecoder
 from tests.gateway_harness import Gateway, run_gateway, write_policy
 from tests.upstream_app import (
     SCENARIO_HEADER,
@@ -663,3 +666,152 @@ def test_anthropic_stream_fields(gateways: Gateways, decision: str, streaming: s
         gateways, "/v1/messages", _anthropic_request(True), "as",
         list(ANTHROPIC_STREAM_PLANTS), decision, streaming,
     )
+
+
+# -- channel rules, the same in every mode -----------------------------------------------------
+
+
+def _sse_json(body: bytes) -> list[Body]:
+    decoder = SSEDecoder()
+    events = [*decoder.feed(body), *decoder.finish()]
+    return [json.loads(e.data) for e in events if e.data != "[DONE]"]
+
+
+def _token_entries(text: str, top: bool) -> list[Body]:
+    alternatives = [{"token": "x", "logprob": -9.0, "bytes": None}] if top else []
+    return [
+        {"token": t, "logprob": -0.1, "bytes": list(t.encode()), "top_logprobs": alternatives}
+        for t in re.findall(r"\S+\s*", text)
+    ]
+
+
+def _logprob_stream(text: str, top: bool) -> list[bytes]:
+    chunks = wire.openai_chunks(
+        [], id="chatcmpl-1", model="gpt-x", created=1, usage=wire.Usage(5, 7)
+    )
+    for entry in _token_entries(text, top):
+        extra = copy.deepcopy(chunks[0])
+        extra["choices"][0]["delta"] = {"content": entry["token"]}
+        extra["choices"][0]["logprobs"] = {"content": [entry], "refusal": None}
+        chunks.insert(-1, extra)
+    return _frames(chunks)
+
+
+@pytest.mark.parametrize("logprobs", ["verify", "pass", "withhold"])
+def test_logprobs_follow_the_released_text(tmp_path: Path, logprobs: str) -> None:
+    up = create_upstream()
+    for name, text in (("good", GOOD), ("mixed", f"{GOOD} {BAD}")):
+        body = _openai_body(text)
+        body["choices"][0]["logprobs"] = {"content": _token_entries(text, True), "refusal": None}
+        up.on(f"json-{name}", Json(body))
+        up.on(f"sse-{name}", _stream(_logprob_stream(text, True), name))
+    policy = write_policy(tmp_path, on_unverified="strip", logprobs=logprobs)
+    with serve(up) as url, run_gateway(url, [policy]) as gw:
+        _, status, body = raw_post(gw.url, "/v1/chat/completions", _openai_request(False),
+                                   "json-good")
+        lp = json.loads(body)["choices"][0]["logprobs"]
+        if logprobs == "withhold":
+            assert lp is None
+        else:
+            assert "".join(e["token"] for e in lp["content"]) == GOOD
+            tops = [e["top_logprobs"] for e in lp["content"]]
+            assert all(tops) if logprobs == "pass" else not any(tops)
+        # A partial answer's text is not what the tokens spell: they are dropped.
+        _, _, body = raw_post(gw.url, "/v1/chat/completions", _openai_request(False),
+                              "json-mixed")
+        assert json.loads(body)["choices"][0]["logprobs"] is None
+        # In a buffered stream, logprobs deltas follow the same rule.
+        _, status, body = raw_post(gw.url, "/v1/chat/completions", _openai_request(True),
+                                   "sse-good")
+        assert status == 200
+        entries = [
+            e
+            for c in _sse_json(body)
+            for ch in c["choices"]
+            if ch.get("logprobs")
+            for e in ch["logprobs"]["content"]
+        ]
+        if logprobs == "withhold":
+            assert entries == []
+        else:
+            assert "".join(e["token"] for e in entries) == GOOD
+            assert any(e["top_logprobs"] for e in entries) is (logprobs == "pass")
+
+
+def _tool_and_reasoning_stream(text: str) -> list[bytes]:
+    chunks = _openai_chunks(text)
+    reasoning = copy.deepcopy(chunks[1])
+    reasoning["choices"][0]["delta"] = {"reasoning_content": f"I think {PLANT}."}
+    tool = copy.deepcopy(chunks[1])
+    tool["choices"][0]["delta"] = {
+        "tool_calls": [
+            {
+                "index": 0,
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "lookup", "arguments": json.dumps({"q": MARKER})},
+            }
+        ]
+    }
+    chunks[1:1] = [reasoning, tool]
+    return _frames(chunks)
+
+
+@pytest.mark.parametrize("streaming", ["buffer", "progressive"])
+@pytest.mark.parametrize("rule", ["withhold", "pass"])
+def test_reasoning_and_tool_rules_are_the_same_in_both_modes(
+    tmp_path: Path, streaming: str, rule: str
+) -> None:
+    up = create_upstream({"s": _stream(_tool_and_reasoning_stream(GOOD), "s")})
+    policy = write_policy(tmp_path, streaming=streaming, reasoning=rule, tool_calls=rule)
+    with serve(up) as url, run_gateway(url, [policy]) as gw:
+        raw, status, body = raw_post(gw.url, "/v1/chat/completions", _openai_request(True), "s")
+    assert status == 200
+    frames = _sse_json(body)
+    deltas = [ch["delta"] for c in frames for ch in c["choices"]]
+    reasoning = "".join(d.get("reasoning_content") or "" for d in deltas)
+    calls = [tc for d in deltas for tc in d.get("tool_calls") or []]
+    content = "".join(d.get("content") or "" for d in deltas)
+    assert content == GOOD
+    if rule == "withhold":
+        assert MARKER.encode() not in raw
+        assert reasoning == "" and calls == []
+    else:
+        assert reasoning == f"I think {PLANT}."
+        assert MARKER in "".join(tc["function"].get("arguments", "") for tc in calls)
+
+
+def test_a_clean_stream_goes_out_as_is_and_a_commented_one_is_reframed(tmp_path: Path) -> None:
+    frames = _frames(_openai_chunks(GOOD))
+    commented = [frames[0], b": keep-alive\n\n", *frames[1:]]
+    up = create_upstream({"clean": _stream(frames, "a"), "commented": _stream(commented, "b")})
+    with serve(up) as url, run_gateway(url, [write_policy(tmp_path)]) as gw:
+        _, _, clean_body = raw_post(gw.url, "/v1/chat/completions", _openai_request(True),
+                                    "clean")
+        _, _, reframed = raw_post(gw.url, "/v1/chat/completions", _openai_request(True),
+                                  "commented")
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
+        stream = client.chat.completions.create(
+            model="m", messages=[{"role": "system", "content": CONTEXT}], stream=True,
+            extra_headers={SCENARIO_HEADER: "commented"},
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        client.close()
+    assert clean_body == b"".join(frames)
+    assert b"keep-alive" not in reframed and reframed != b"".join(commented)
+    assert text == GOOD
+
+
+def test_dropped_fields_are_counted_by_level(tmp_path: Path) -> None:
+    body = _openai_body(GOOD)
+    body["x_trace"] = PLANT
+    body["choices"][0]["message"]["x_note"] = PLANT
+    body["choices"][0]["finish_reason"] = PLANT
+    up = create_upstream({"j": Json(body)})
+    with serve(up) as url, run_gateway(url, [write_policy(tmp_path)]) as gw:
+        raw, status, _ = raw_post(gw.url, "/v1/chat/completions", _openai_request(False), "j")
+        assert status == 200 and MARKER.encode() not in raw
+        text = httpx.get(gw.admin_url + "/metrics").text
+    for level in ("top", "message", "choice"):
+        line = f'citewarden_fields_dropped_total{{level="{level}",route="chat"}} 1.0'
+        assert line in text, text
