@@ -113,13 +113,30 @@ def nullable(check: Check) -> Check:
     return either
 
 
+_USAGE_KEYS = frozenset(
+    {
+        "prompt_tokens",
+        "completion_tokens",
+        "total_tokens",
+        "input_tokens",
+        "output_tokens",
+        "prompt_tokens_details",
+        "completion_tokens_details",
+        "cached_tokens",
+        "reasoning_tokens",
+        "cache_creation_input_tokens",
+        "cache_read_input_tokens",
+    }
+)
+
+
 def usage_check(v: object, depth: int = 0) -> bool:
     """Token usage: a mapping of token-like keys to ints, null, short tokens (a tier name) or
     nested mappings of the same (`prompt_tokens_details`, `cache_creation`)."""
     if type(v) is not dict or depth > 2:
         return False
     for k, x in v.items():
-        if not is_token(k):
+        if k not in _USAGE_KEYS and not is_token(k):
             return False
         if x is None or type(x) is int or is_token(x):
             continue
@@ -129,10 +146,34 @@ def usage_check(v: object, depth: int = 0) -> bool:
 
 
 # -- the table -------------------------------------------------------------------------------
+#
+# Each rule walks its own value: `walk(value, path, key, log, level)` returns the value to keep
+# (the very same object when nothing under it changed: a clean answer is not copied), or
+# _MISSING when the field is dropped, logged at `level`; `path + (key,)` locates the field.
+
+
+class _Invalid(Exception):
+    """A required or vital field failed: the enclosing object is dropped."""
+
+
+_MISSING: Any = object()
+Key = str | int
+
+
+@dataclass(slots=True)
+class FieldLog:
+    """What a walk found: unknown fields (left in place, dropped at render unless allowed) and
+    fields removed because their value had the wrong shape, each with its level."""
+
+    unknown: list[tuple[str, Path]] = field(default_factory=list)
+    dropped: list[tuple[str, Path]] = field(default_factory=list)
 
 
 class Rule:
     __slots__ = ()
+
+    def walk(self, value: object, path: Path, key: Key, log: FieldLog, level: str) -> object:
+        raise NotImplementedError
 
 
 class _NoFallback:
@@ -151,12 +192,27 @@ class Meta(Rule):
     check: Check
     fallback: object = NO_FALLBACK
 
+    def walk(self, value: object, path: Path, key: Key, log: FieldLog, level: str) -> object:
+        if self.check(value):
+            return value
+        log.dropped.append((level, (*path, key)))
+        return _MISSING if self.fallback is NO_FALLBACK else copy.deepcopy(self.fallback)
+
 
 @dataclass(frozen=True, slots=True)
 class Text(Rule):
-    """A text-bearing channel of this kind; the adapter reads it, the channel rules decide it."""
+    """A text-bearing channel of this kind; the adapter reads it, the channel rules decide it.
+    With `strings_only`, a value that is neither a string nor null is dropped (otherwise the
+    adapter refuses it)."""
 
     kind: str
+    strings_only: bool = False
+
+    def walk(self, value: object, path: Path, key: Key, log: FieldLog, level: str) -> object:
+        if self.strings_only and value is not None and type(value) is not str:
+            log.dropped.append((level, (*path, key)))
+            return _MISSING
+        return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +221,17 @@ class Opaque(Rule):
 
     name: str
 
+    def walk(self, value: object, path: Path, key: Key, log: FieldLog, level: str) -> object:
+        return value
+
 
 @dataclass(frozen=True, slots=True)
 class Drop(Rule):
     """Known, never relayed: unverifiable text such as annotation titles."""
+
+    def walk(self, value: object, path: Path, key: Key, log: FieldLog, level: str) -> object:
+        log.dropped.append((level, (*path, key)))
+        return _MISSING
 
 
 DROP = Drop()
@@ -180,6 +243,12 @@ class Blank(Rule):
     `value` (an OpenAI annotation's `title` becomes "")."""
 
     value: object
+
+    def walk(self, value: object, path: Path, key: Key, log: FieldLog, level: str) -> object:
+        if value != self.value:
+            log.dropped.append((level, (*path, key)))
+            return self.value
+        return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,12 +265,86 @@ class Obj(Rule):
     other: Rule | None = None
     nullable: bool = True
 
+    def walk(self, value: object, path: Path, key: Key, log: FieldLog, level: str) -> object:
+        if value is None and self.nullable:
+            return None
+        if type(value) is not dict:
+            if self.required:
+                raise _Invalid
+            log.dropped.append((level, (*path, key)))
+            return _MISSING
+        return self.walk_dict(value, (*path, key) if key != "" else path, log)
+
+    def walk_dict(self, value: dict[str, object], here: Path, log: FieldLog) -> object:
+        for name in self.required:
+            if name not in value:
+                raise _Invalid
+        out: dict[str, object] | None = None
+        fields, other, lvl = self.fields, self.other, self.level
+        for k, v in value.items():
+            sub = fields.get(k)
+            if sub is None:
+                if other is None or not is_token(k):
+                    log.unknown.append((lvl, (*here, k)))
+                    continue
+                sub = other
+            try:
+                kept = sub.walk(v, here, k, log, lvl)
+            except _Invalid:
+                if k in self.required or k in self.vital:
+                    raise
+                log.dropped.append((_level(sub, lvl), (*here, k)))
+                kept = _MISSING
+            if kept is v:
+                continue
+            if kept is _MISSING and (k in self.required or k in self.vital):
+                raise _Invalid
+            if out is None:
+                out = dict(value)
+            if kept is _MISSING:
+                del out[k]
+            else:
+                out[k] = kept
+        return value if out is None else out
+
 
 @dataclass(frozen=True, slots=True)
 class Items(Rule):
-    """A list (or null); an element that is invalid is removed from it."""
+    """A list (or null); an element that is invalid is removed from it, and so is an element
+    of a type a `ByType` item table does not know (nothing a client could be shown safely)."""
 
     item: Rule
+
+    def walk(self, value: object, path: Path, key: Key, log: FieldLog, level: str) -> object:
+        if value is None:
+            return None
+        if type(value) is not list:
+            log.dropped.append((level, (*path, key)))
+            return _MISSING
+        here = (*path, key)
+        item = self.item
+        typed = item if isinstance(item, ByType) else None
+        out: list[object] | None = None
+        for i, x in enumerate(value):
+            at = i if out is None else len(out)
+            if typed is not None and type(x) is dict and type(x.get("type")) is not str:
+                raise ProtocolError(f"a {typed.level} whose type is not a string")
+            if typed is not None and type(x) is dict and x.get("type") not in typed.types:
+                log.dropped.append((typed.level, (*here, i)))
+                kept = _MISSING
+            else:
+                try:
+                    kept = item.walk(x, here, at, log, level)
+                except _Invalid:
+                    log.dropped.append((_level(item, level), (*here, at)))
+                    kept = _MISSING
+            if out is None:
+                if kept is x:
+                    continue
+                out = list(value[:i])
+            if kept is not _MISSING:
+                out.append(kept)
+        return value if out is None else out
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,31 +354,29 @@ class ByType(Rule):
     level: str
     types: Mapping[str, Obj]
 
+    def walk(self, value: object, path: Path, key: Key, log: FieldLog, level: str) -> object:
+        if type(value) is not dict:
+            log.dropped.append((self.level, (*path, key)))
+            return _MISSING
+        kind = value.get("type")
+        if type(kind) is not str:
+            raise ProtocolError(f"a {self.level} whose type is not a string")
+        table = self.types.get(kind)
+        if table is None:
+            log.unknown.append((self.level, (*path, key) if key != "" else path))
+            return value
+        return table.walk(value, path, key, log, level)
+
 
 # -- walking ---------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class FieldLog:
-    """What a walk found: unknown fields (left in place, dropped at render unless allowed) and
-    fields removed because their value had the wrong shape, each with its level."""
-
-    unknown: list[tuple[str, Path]] = field(default_factory=list)
-    dropped: list[tuple[str, Path]] = field(default_factory=list)
-
-
-class _Invalid(Exception):
-    """A required field failed: the enclosing object is dropped."""
-
-
-_MISSING: Any = object()
-
-
 def clean(rule: Rule, value: object, log: FieldLog, path: Path = ()) -> object:
-    """`value` with every field its table does not keep removed (unknown fields stay, logged).
-    Raises ProtocolError when the top level itself does not have the table's shape."""
+    """`value` with every field its table does not keep removed (unknown fields stay, logged);
+    `value` itself when nothing had to change. Raises ProtocolError when the top level does
+    not have the table's shape."""
     try:
-        out = _walk(rule, value, path, log, "top")
+        out = rule.walk(value, path, "", log, "top")
     except _Invalid:
         raise ProtocolError("response body does not have the protocol's shape") from None
     if out is _MISSING:
@@ -243,101 +384,8 @@ def clean(rule: Rule, value: object, log: FieldLog, path: Path = ()) -> object:
     return out
 
 
-def _walk(rule: Rule, value: object, path: Path, log: FieldLog, level: str) -> object:
-    """The kept value, or _MISSING when this field is dropped (logged at `level`)."""
-    if isinstance(rule, Text | Opaque):
-        return value
-    if isinstance(rule, Meta):
-        if rule.check(value):
-            return value
-        log.dropped.append((level, path))
-        return _MISSING if rule.fallback is NO_FALLBACK else copy.deepcopy(rule.fallback)
-    if isinstance(rule, Obj):
-        return _obj(rule, value, path, log, level)
-    if isinstance(rule, ByType):
-        if type(value) is not dict:
-            log.dropped.append((rule.level, path))
-            return _MISSING
-        kind = value.get("type")
-        if type(kind) is not str:
-            raise ProtocolError(f"a {rule.level} whose type is not a string")
-        table = rule.types.get(kind)
-        if table is None:
-            log.unknown.append((rule.level, path))
-            return value
-        return _obj(table, value, path, log, level)
-    if isinstance(rule, Items):
-        if value is None:
-            return None
-        if type(value) is not list:
-            log.dropped.append((level, path))
-            return _MISSING
-        out: list[object] = []
-        typed = rule.item if isinstance(rule.item, ByType) else None
-        for i, x in enumerate(value):
-            if typed is not None and type(x) is dict and x.get("type") not in typed.types:
-                # An element of a type the table does not know (a new annotation or block
-                # kind): nothing a client could be shown safely, so it leaves the list.
-                if type(x.get("type")) is not str:
-                    raise ProtocolError(f"a {typed.level} whose type is not a string")
-                log.dropped.append((typed.level, (*path, i)))
-                continue
-            try:
-                kept = _walk(rule.item, x, (*path, len(out)), log, level)
-            except _Invalid:
-                log.dropped.append((_level(rule.item, level), (*path, len(out))))
-                continue
-            if kept is not _MISSING:
-                out.append(kept)
-        return out
-    if isinstance(rule, Drop):
-        log.dropped.append((level, path))
-        return _MISSING
-    if isinstance(rule, Blank):
-        if value != rule.value:
-            log.dropped.append((level, path))
-        return rule.value
-    raise TypeError(f"unknown field rule {rule!r}")
-
-
 def _level(rule: Rule, default: str) -> str:
     return rule.level if isinstance(rule, Obj | ByType) else default
-
-
-def _obj(rule: Obj, value: object, path: Path, log: FieldLog, level: str) -> object:
-    if value is None and rule.nullable:
-        return None
-    if type(value) is not dict:
-        if rule.required:
-            raise _Invalid
-        log.dropped.append((level, path))
-        return _MISSING
-    for key in rule.required:
-        if key not in value:
-            raise _Invalid
-    out: dict[str, object] = {}
-    fields, other, lvl = rule.fields, rule.other, rule.level
-    for k, v in value.items():
-        sub = fields.get(k)
-        if sub is None and other is not None and is_token(k):
-            sub = other
-        if sub is None:
-            log.unknown.append((lvl, (*path, k)))
-            out[k] = v
-            continue
-        try:
-            kept = _walk(sub, v, (*path, k), log, lvl)
-        except _Invalid:
-            if k in rule.required or k in rule.vital:
-                raise
-            log.dropped.append((_level(sub, lvl), (*path, k)))
-            continue
-        if kept is _MISSING:
-            if k in rule.required or k in rule.vital:
-                raise _Invalid
-            continue
-        out[k] = kept
-    return out
 
 
 def level_of(rule: Rule, path: Sequence[str | int]) -> str:

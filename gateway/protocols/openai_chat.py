@@ -128,8 +128,8 @@ _MESSAGE_TABLE = Obj(
         "role": Meta(is_enum("assistant"), fallback="assistant"),
         "content": Text("content"),
         "refusal": Text("refusal"),
-        "reasoning_content": Text("reasoning"),
-        "reasoning": Text("reasoning"),
+        "reasoning_content": Text("reasoning", strings_only=True),
+        "reasoning": Text("reasoning", strings_only=True),
         "tool_calls": Items(_TOOL_CALL),
         "function_call": Obj(
             "tool_call", {"name": _TOKEN, "arguments": Text("tool_arguments")},
@@ -297,9 +297,6 @@ def parse_body(body: Mapping[str, object]) -> Answer:
             value = msg.get(key)
             if isinstance(value, str):
                 add("reasoning", (*mpath, key), value)
-            elif value is not None:
-                answer.dropped.append(("message", (*mpath, key)))
-                msg.pop(key)  # type: ignore[attr-defined]
         tool_calls = msg.get("tool_calls")
         if isinstance(tool_calls, list):
             for ti, call in enumerate(tool_calls):
