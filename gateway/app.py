@@ -519,7 +519,9 @@ class _Exchange:
                     out = release.feed(decoder.feed(chunk))
                     if out:
                         await self.body(out, more=True)
-                out = release.feed(decoder.finish()) + release.finish()
+                last = decoder.finish()
+                release.verifier.sse_undefined = decoder.undefined
+                out = release.feed(last) + release.finish()
             except UpstreamError as e:
                 out = release.abort(f"upstream failed: {e}")
             self.upstream_seconds += time.perf_counter() - t0
