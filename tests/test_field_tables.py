@@ -303,3 +303,47 @@ def test_the_decoder_counts_lines_no_event_carries(extra: bytes, count: int, see
     events.extend(decoder.finish())
     assert [e.data for e in events] == ['{"a": 1}', '{"b": 2}', "[DONE]"]
     assert decoder.undefined == count
+
+
+# -- fuzz: any JSON gives an answer or a clean ProtocolError ------------------------------------
+
+_NAMES = st.sampled_from(
+    ["id", "model", "choices", "message", "content", "tool_calls", "function", "name", "type",
+     "usage", "text", "citations", "index", "delta", "logprobs", "annotations", "url_citation",
+     "title", "role", "finish_reason", "stop_reason", "input", "thinking", "x"]
+)
+_SHAPED = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5)
+    | st.sampled_from(["text", "tool_use", "char_location", "url_citation", "function"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_NAMES, inner, max_size=5),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(_NAMES, _SHAPED, max_size=6),
+    st.sampled_from(["openai", "anthropic"]),
+    st.sampled_from(["top", "inner"]),
+)
+def test_random_shaped_bodies_parse_or_fail_cleanly(
+    body: dict[str, Any], which: str, where: str
+) -> None:
+    base = openai_body("x") if which == "openai" else anthropic_body("x")
+    if where == "top":
+        base.update(body)
+    elif which == "openai":
+        base["choices"][0]["message"].update(body)
+        base["choices"][0].update({k: v for k, v in body.items() if k != "message"})
+    else:
+        base["content"].append(body)
+        base["content"][0].update({k: v for k, v in body.items() if k not in ("type", "text")})
+    adapter = ADAPTERS["openai-chat" if which == "openai" else "anthropic-messages"]
+    try:
+        answer = adapter.parse(base, POLICY.routes[0])
+    except ProtocolError:
+        return
+    adapter.needs_rewrite(answer, POLICY)
+    for decision in (Decision.RELEASED, Decision.ABSTAINED):
+        rendered = adapter.render(answer, [], Outcome(decision), Report((), "x"), POLICY)
+        json.dumps(rendered)
