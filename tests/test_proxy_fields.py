@@ -475,6 +475,9 @@ ANTHROPIC_STREAM_PLANTS: dict[str, Callable[[str], list[bytes]]] = {
     "sse-event-name": _event_plant(
         lambda e: e.insert(3, (MARKER, {"type": "ping"}))
     ),
+    "sse-event-name-on-text": _event_plant(
+        lambda e: e.__setitem__(-4, (MARKER, e[-4][1]))  # the last text_delta
+    ),
     "unknown-event": _event_plant(_insert_event(3, "x_note", {"type": "x_note", "text": PLANT})),
     "unknown-delta": _event_plant(
         _insert_event(3, "content_block_delta",

@@ -382,6 +382,9 @@ def _text_delta(data: object) -> tuple[int, str] | None:
     return (idx, text) if type(text) is str else None
 
 
+_SLOT_NAMES = (None, "content_block_delta")
+
+
 class AnthropicStreamParser:
     """Assembles message_start / content_block_* / message_delta events into a message."""
 
@@ -406,7 +409,9 @@ class AnthropicStreamParser:
     def feed(self, event: SSEEvent) -> list[TextDelta]:
         if self._done:
             return []
-        if self._slot is not None and event.event != "error":
+        # The slot's event is a content_block_delta: under any other name it is read in full
+        # (and its name judged).
+        if self._slot is not None and event.event in _SLOT_NAMES:
             text = self._slot.match(event.data)
             if text is not None:  # the same event as the slot's, but for its text
                 self._grow(self._slot_index, "text", text)
