@@ -23,6 +23,7 @@ from gateway.metrics import Metrics
 from gateway.pipeline import Judgement, KnownVerdicts, Pipelines, RoutePipeline, dumps
 from gateway.policy import PolicyStore
 from gateway.protocols.base import RequestInfo
+from gateway.protocols.fields import loads_unique
 from gateway.sse import SSEDecoder, encode
 from gateway.stream import ProgressiveRelease, StreamVerifier
 from gateway.turns import Turns
@@ -132,10 +133,7 @@ def _judge(
         _, answer = verifier.finish()
         ctx, known, streamed_text = verifier.ctx, verifier.known, verifier.text
     else:
-        check_raw = getattr(pipeline.adapter, "check_raw", None)  # rag-json: duplicate keys
-        if check_raw is not None:
-            check_raw(body)
-        parsed = orjson.loads(body)
+        parsed = loads_unique(body)
         if not isinstance(parsed, dict):
             raise ProtocolError("upstream body is not a JSON object")
         answer = pipeline.adapter.parse(parsed, pipeline.route)
@@ -526,6 +524,7 @@ class _Exchange:
                 else:
                     for event in decoder.finish():
                         verifier.feed(event)
+                verifier.sse_undefined = decoder.undefined
                 return s.status, s.headers, b"".join(parts), verifier
         finally:
             self.upstream_seconds += time.perf_counter() - t0
@@ -630,6 +629,10 @@ class _Exchange:
                 rendered.status, rendered.body, content_type, extra, decision=decision
             )
             served = outcome.decision in (Decision.RELEASED, Decision.PARTIAL)
+            if served:
+                self.app.metrics.observe_fields_dropped(
+                    self.route_label, pipeline.dropped_levels(answer)
+                )
         self.app.deferred.call(
             self.app.metrics.observe_tokens, self.route_label, served, answer.usage
         )
@@ -665,7 +668,9 @@ class _Exchange:
                         await self.body(out, more=True)
                     if release.closed:
                         break  # blocked or broken: the upstream is hung up on as the block exits
-                out = release.feed(decoder.finish()) + release.finish()
+                last = decoder.finish()
+                release.verifier.sse_undefined = decoder.undefined
+                out = release.feed(last) + release.finish()
             except Exception as e:  # mapped at the boundary (gateway/errors.py)
                 out = release.abort(f"upstream failed: {self._mapped(e)}")
             self.upstream_seconds += time.perf_counter() - t0
@@ -674,6 +679,7 @@ class _Exchange:
             self.app.deferred.call(
                 self.app.metrics.observe_tokens, self.route_label, release.served, release.usage
             )
+        self.app.metrics.observe_fields_dropped(self.route_label, release.dropped)
         self._account(
             pipeline,
             release.decision,

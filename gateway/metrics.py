@@ -80,6 +80,22 @@ UPSTREAM_BUCKETS: Final = (
 REQUEST_BUCKETS: Final = (0.001, 0.0025, *UPSTREAM_BUCKETS)
 
 VERDICTS: Final = ("verified", "failed", "errored", "exempt")
+# Levels of the protocols' field tables (gateway/protocols/fields.py); anything else is "other".
+FIELD_LEVELS: Final = frozenset(
+    {
+        "top",
+        "choice",
+        "message",
+        "tool_call",
+        "annotation",
+        "audio",
+        "content_block",
+        "citation",
+        "delta",
+        "frame",
+        "sse",
+    }
+)
 _DECISIONS: Final = tuple(d.value for d in Decision)
 _UNKNOWN: Final = "unknown"
 
@@ -262,6 +278,12 @@ class Metrics:
             ["route", "why"],
             registry=r,
         )
+        self.fields_dropped = Counter(
+            "citewarden_fields_dropped",
+            "Upstream fields a protocol's field table dropped, by level.",
+            ["route", "level"],
+            registry=r,
+        )
         self.policy_reloads = Counter(
             "citewarden_policy_reloads",
             "Policy reload attempts by outcome.",
@@ -367,6 +389,16 @@ class Metrics:
             rm.tokens[(outcome, "input")].inc(inp)
         if isinstance(out, int) and not isinstance(out, bool) and out > 0:
             rm.tokens[(outcome, "output")].inc(out)
+
+    def observe_fields_dropped(self, route: str, levels: Mapping[str, int]) -> None:
+        """Fields of one answer dropped on a verified route, counted per field-table level."""
+        if not levels:
+            return
+        label = self._route(route).route
+        for level, n in levels.items():
+            if n > 0:
+                known = level if level in FIELD_LEVELS else "other"
+                self.fields_dropped.labels(label, known).inc(n)
 
     # -- policy lifecycle -------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from gateway.errors import InputError, ProtocolError
 from gateway.pipeline import RoutePipeline, claim_views
 from gateway.policy import Route, load_policy
 from gateway.protocols import ADAPTERS
+from gateway.protocols.fields import loads_unique
 
 REQUEST_ID = "offline"
 
@@ -99,9 +100,10 @@ def _verify(
         if stream:
             answer = pipeline.parse_stream(raw)
         else:
-            check_raw = getattr(pipeline.adapter, "check_raw", None)  # rag-json: duplicate keys
-            if check_raw is not None:
-                check_raw(raw)
+            try:
+                loads_unique(raw, stdlib=True)  # a duplicate key is ambiguous, as in the proxy
+            except ProtocolError as e:
+                raise InputError(f"response {response_path} is not valid JSON: {e}") from None
             answer = pipeline.adapter.parse(_json(raw, "response", response_path), route)
         ctx = pipeline.context(request, answer.body, None)
     except ProtocolError as e:

@@ -19,6 +19,7 @@ from gateway.context import build_context
 from gateway.policy import LoadedPolicy, Route
 from gateway.protocols import ADAPTERS
 from gateway.protocols.base import Adapter, channel_key
+from gateway.protocols.fields import allowed, level_of
 from gateway.release import decide
 from gateway.sse import SSEDecoder, encode
 from gateway.types import (
@@ -203,7 +204,9 @@ class RoutePipeline:
             parser.feed(event)
         for event in decoder.finish():
             parser.feed(event)
-        return parser.finish()
+        answer = parser.finish()
+        answer.dropped.extend([("sse", ("line",))] * decoder.undefined)
+        return answer
 
     def render(
         self,
@@ -243,6 +246,22 @@ class RoutePipeline:
             events = self.adapter.to_stream(body, include_usage)
             return Rendered(200, b"".join(encode(e) for e in events), unchanged=False)
         return Rendered(200, dumps(body), unchanged=False)
+
+    def dropped_levels(self, answer: Answer) -> dict[str, int]:
+        """How many fields of `answer` the client does not receive, per field-table level: what
+        the table removed while parsing, and unknown fields the policy does not allow."""
+        if not answer.dropped and not answer.unknown_fields:
+            return {}
+        out: dict[str, int] = {}
+        for level, _ in answer.dropped:
+            out[level] = out.get(level, 0) + 1
+        table = getattr(self.adapter, "field_table", None)
+        allow = self.policy.channels.allow_fields
+        for path in answer.unknown_fields:
+            if not allowed(path, allow):
+                level = "top" if table is None else level_of(table, path)
+                out[level] = out.get(level, 0) + 1
+        return out
 
     def _ends_at_terminal(self, raw: bytes) -> bool:
         """Whether a captured stream ends with its terminal event. Parsers ignore anything

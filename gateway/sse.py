@@ -46,6 +46,10 @@ class SSEDecoder:
         self._event: str | None = None
         self._id: str | None = None
         self._retry: int | None = None
+        # Lines a protocol's stream need not carry and the gateway never relays: comments,
+        # `id` / `retry` / unknown fields, and an event block without data. Counted, so a
+        # stream that held any is re-framed rather than forwarded byte for byte.
+        self.undefined = 0
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         if self._utf8_held or not self._started or self._skip_lf or self._partial:
@@ -138,6 +142,7 @@ class SSEDecoder:
         if not line:
             return self._dispatch()
         if line[0] == ":":
+            self.undefined += 1
             return None
         name, colon, value = line.partition(":")
         if colon and value.startswith(" "):
@@ -145,9 +150,12 @@ class SSEDecoder:
         if name == "data":
             self._data.append(value)
             self._has_data = True
-        elif name == "event":
+            return None
+        if name == "event":
             self._event = value
-        elif name == "id" and "\0" not in value:
+            return None
+        self.undefined += 1
+        if name == "id" and "\0" not in value:
             self._id = value
         elif name == "retry" and value.isascii() and value.isdigit():
             self._retry = int(value)
@@ -155,6 +163,8 @@ class SSEDecoder:
 
     def _dispatch(self) -> SSEEvent | None:
         if not self._has_data:
+            if self._event:
+                self.undefined += 1
             self._reset()
             return None
         ev = SSEEvent(

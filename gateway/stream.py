@@ -19,8 +19,11 @@ from typing import Any, Protocol
 from gateway.claims import Segment
 from gateway.errors import ProtocolError
 from gateway.pipeline import Judgement, RoutePipeline, dumps
+from gateway.protocols.anthropic_messages import BODY_TABLE as ANTHROPIC_BODY_TABLE
 from gateway.protocols.anthropic_messages import native_citation
 from gateway.protocols.base import channel_key
+from gateway.protocols.fields import FieldLog, clean
+from gateway.protocols.openai_chat import FRAME_TABLE as OPENAI_FRAME_TABLE
 from gateway.release import template_text
 from gateway.sse import SSEEvent, encode, encode_data
 from gateway.types import (
@@ -60,8 +63,9 @@ class _OpenAIFramer:
         if self.head is not None or event.data.strip() == "[DONE]":
             return
         try:
-            data = json.loads(event.data)
-        except ValueError:
+            # Only what the frame table keeps: an id or model of the wrong shape stays out.
+            data = clean(OPENAI_FRAME_TABLE, json.loads(event.data), FieldLog())
+        except (ValueError, ProtocolError):
             return
         if isinstance(data, dict):
             self.head = {
@@ -158,8 +162,21 @@ class _AnthropicFramer:
             data = json.loads(event.data)
         except ValueError:
             return
-        if isinstance(data, dict) and data.get("type") == "message_start":
-            self.start = data
+        if not isinstance(data, dict) or data.get("type") != "message_start":
+            return
+        # The message as the field table keeps it, without unknown fields: this event is
+        # re-sent as the stream's first, before the answer is judged.
+        log = FieldLog()
+        try:
+            message = clean(ANTHROPIC_BODY_TABLE, data.get("message"), log)
+        except ProtocolError:
+            return
+        if isinstance(message, dict):
+            for _, path in log.unknown:
+                if len(path) == 1:
+                    message.pop(str(path[0]), None)
+            message["content"] = []
+            self.start = {"type": "message_start", "message": message}
 
     @staticmethod
     def _ev(data: Json) -> bytes:
@@ -339,6 +356,10 @@ class StreamVerifier:
         bind = getattr(self.parser, "bind_context", None)
         if bind is not None:  # context that arrives in the stream itself (file_search results)
             bind(ctx, pipeline.policy.context)
+        # SSE lines of the stream no event carried (`SSEDecoder.undefined`: comments, `id`,
+        # `retry`, unknown fields), set by whoever decodes it: never relayed, so an answer
+        # that had any is re-framed.
+        self.sse_undefined = 0
 
     def feed(self, event: SSEEvent) -> tuple[str, list[ClaimReport]]:
         """The primary text this event adds, and the claims it completed, verified."""
@@ -362,7 +383,9 @@ class StreamVerifier:
     def finish(self) -> tuple[list[ClaimReport], Answer]:
         """The last claims, verified, and the whole answer (ProtocolError if it is cut short)."""
         reports = [self._verify(seg) for seg in self.segmenter.finish()]
-        return reports, self.parser.finish()
+        answer = self.parser.finish()
+        answer.dropped.extend([("sse", ("line",))] * self.sse_undefined)
+        return reports, answer
 
     def _verify(self, seg: Segment) -> ClaimReport:
         citations = seg.citations
@@ -410,6 +433,7 @@ class ProgressiveRelease:
         self.judge_seconds = 0.0
         self.usage: Mapping[str, int] = {}
         self.include_usage = include_usage
+        self.dropped: Mapping[str, int] = {}  # fields the client did not receive, per level
 
     @property
     def verify_seconds(self) -> float:
@@ -464,9 +488,13 @@ class ProgressiveRelease:
         self.judgement = judgement
         self.usage = answer.usage
         outcome = judgement.outcome
+        self.dropped = self.pipeline.dropped_levels(answer)
         match outcome.decision:
             case Decision.RELEASED:
-                body: Mapping[str, Any] = answer.body
+                # The same channel rules as a buffered answer: the adapter renders it.
+                body: Mapping[str, Any] = self.pipeline.adapter.render(
+                    answer, judgement.claims, outcome, judgement.report, self.pipeline.policy
+                )
                 if rest:
                     out.append(self.framer.text(rest))
             case Decision.PARTIAL:

@@ -369,6 +369,10 @@ class Answer:
     has_logprobs: bool = False
     unknown_fields: list[tuple[str | int, ...]] = field(default_factory=list)
     usage: Mapping[str, int] = field(default_factory=dict)
+    # (level, path) of what the adapter's field table removed while parsing: known fields with
+    # a value of the wrong shape, stream framing the body does not carry (frame keys, SSE
+    # lines). An answer with any is never relayed byte-identical.
+    dropped: list[tuple[str, tuple[str | int, ...]]] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ def test_exposed_names_types_and_labels(m: Metrics) -> None:
     m.policy_reloaded("success")
     m.set_policies([("support-bot", "abc")])
     m.observe_context_rejected("chat", {"unsigned": 1})
+    m.observe_fields_dropped("chat", {"message": 2, "made-up level": 1})
 
     text = m.render()[0].decode()
     types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
@@ -73,6 +74,7 @@ def test_exposed_names_types_and_labels(m: Metrics) -> None:
         "citewarden_inflight_requests": ("gauge", {"route"}),
         "citewarden_upstream_tokens_total": ("counter", {"route", "outcome", "kind"}),
         "citewarden_policy_reloads_total": ("counter", {"outcome"}),
+        "citewarden_fields_dropped_total": ("counter", {"route", "level"}),
         "citewarden_policy_info": ("gauge", {"name", "version"}),
         "citewarden_context_rejected_total": ("counter", {"route", "why"}),
     }

@@ -117,12 +117,15 @@ def test_openai_released_withholds_reasoning_and_unknown_fields() -> None:
     assert multi.has_logprobs and adapter.needs_rewrite(multi, POLICY)
     body = adapter.render(multi, [], Outcome(Decision.RELEASED), REPORT, POLICY)
     assert "reasoning_content" not in json.dumps(body)
-    assert body["choices"][0]["logprobs"] is not None  # type: ignore[index]
+    # Its logprobs hold one token, "Full": they do not spell the released content.
+    assert body["choices"][0]["logprobs"] is None  # type: ignore[index]
     unknown = parse_json("openai-chat", "annotations_unknown_field.json")
     assert unknown.unknown_fields == [("choices", 0, "message", "x_vendor_trace")]
     assert adapter.needs_rewrite(unknown, POLICY)
     allow = POLICY.model_copy(update={"channels": Channels(allow_fields=["x_vendor_trace"])})
-    assert not adapter.needs_rewrite(unknown, allow)
+    # Allow-listing the unknown field does not bring back its annotation's title.
+    assert [level for level, _ in unknown.dropped] == ["annotation"]
+    assert adapter.needs_rewrite(unknown, allow)
 
 
 def test_anthropic_partial_rebuilds_blocks_and_keeps_citations_of_kept_claims() -> None:
@@ -167,7 +170,8 @@ def test_anthropic_partial_drops_tool_use_and_withholds_thinking() -> None:
 def test_anthropic_unknown_blocks_and_redacted_thinking_are_dropped() -> None:
     adapter = ADAPTERS["anthropic-messages"]
     answer = parse_json("anthropic-messages", "redacted_unknown_block.json")
-    assert answer.unknown_fields == [("content", 2)]
+    # A block of an unknown type leaves the content list as the answer is parsed.
+    assert answer.dropped == [("content_block", ("content", 2))]
     body = adapter.render(answer, [], Outcome(Decision.RELEASED), REPORT, POLICY)
     assert [b["type"] for b in body["content"]] == ["text"]  # type: ignore[union-attr]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,8 +69,9 @@ def _with_reasoning_and_logprobs(text: str) -> dict[str, Any]:
     body = openai_body(text)
     body["choices"][0]["message"]["reasoning_content"] = f"I should say: {BAD}"
     body["choices"][0]["logprobs"] = {
+        # Tokens concatenate to the content, as a model's own do.
         "content": [{"token": tok, "logprob": -0.1, "bytes": None, "top_logprobs": []}
-                    for tok in text.split(" ")],
+                    for tok in re.findall(r"\S+\s*", text)],
         "refusal": None,
     }
     return body
@@ -114,7 +116,13 @@ def _upstream() -> FakeUpstream:
     up.on("reasoning-mixed", Json(_with_reasoning_and_logprobs(f"{GOOD} {BAD}")))
     up.on("reasoning-stream", Stream(_reasoning_stream(), seed=3, max_piece=7))
     good_logprobs = openai_body(GOOD)
-    good_logprobs["choices"][0]["logprobs"] = {"content": [], "refusal": None}
+    good_logprobs["choices"][0]["logprobs"] = {
+        "content": [
+            {"token": tok, "logprob": -0.1, "bytes": list(tok.encode()), "top_logprobs": []}
+            for tok in re.findall(r"\S+\s*", GOOD)
+        ],
+        "refusal": None,
+    }
     up.on("logprobs-good", Json(good_logprobs))
     unknown = openai_body(GOOD)
     unknown["choices"][0]["message"]["x_vendor_trace"] = BAD

@@ -14,7 +14,8 @@ import pytest
 
 from gateway.errors import ProtocolError
 from gateway.policy import load_policy
-from gateway.protocols.rag_json import KEEP_MAX_CHARS, reject_duplicate_keys
+from gateway.protocols.fields import loads_unique
+from gateway.protocols.rag_json import KEEP_MAX_CHARS
 from gateway.types import Chunk
 from tests.gateway_harness import run_gateway
 from tests.upstream_app import Json, create_upstream, rag_body, serve
@@ -164,14 +165,14 @@ def test_keep_does_not_override_the_block_envelope(tmp_path: Path) -> None:
         b'{"l": [{"c": 1}, {"c": 2, "c": 3}]}',
     ],
 )
-def test_reject_duplicate_keys(raw: bytes) -> None:
+def test_duplicate_keys_fail_closed(raw: bytes) -> None:
     with pytest.raises(ProtocolError) as info:
-        reject_duplicate_keys(raw)
+        loads_unique(raw)
     assert "repeats a key" in str(info.value)
 
 
 def test_distinct_keys_pass() -> None:
-    reject_duplicate_keys(b'{"a": 1, "b": {"a": 2}, "c": [{"a": 3}, {"a": 4}]}')
+    loads_unique(b'{"a": 1, "b": {"a": 2}, "c": [{"a": 3}, {"a": 4}]}')
 
 
 @pytest.mark.parametrize("pointer", ["", "status", "/bad~2escape"])

@@ -29,6 +29,27 @@ from gateway.protocols.base import (
     split_claims,
     template_text,
 )
+from gateway.protocols.fields import (
+    DROP,
+    ByType,
+    FieldLog,
+    Items,
+    Meta,
+    Obj,
+    Opaque,
+    Rule,
+    Text,
+    clean,
+    is_enum,
+    is_int,
+    is_model,
+    is_opaque,
+    is_token,
+    is_url,
+    loads_unique,
+    nullable,
+    usage_check,
+)
 from gateway.protocols.relay import relayed_message, relayed_token
 from gateway.protocols.slot import StringSlot, learn_slot
 from gateway.sse import SSEEvent
@@ -49,12 +70,171 @@ __all__ = ["AnthropicMessages", "AnthropicStreamParser", "text_block_ranges"]
 NAME = "anthropic-messages"
 Json = dict[str, Any]
 
-_BLOCK_KEYS: dict[str, frozenset[str]] = {
-    "text": frozenset({"type", "text", "citations"}),
-    "thinking": frozenset({"type", "thinking", "signature"}),
-    "redacted_thinking": frozenset({"type", "data"}),
-    "tool_use": frozenset({"type", "id", "name", "input", "caller"}),
-}
+
+# -- the field table (DESIGN §2: every field at every level is decided) ------------------------
+
+_TOKEN = Meta(is_token)
+_INT = Meta(is_int)
+_NULL_INT = Meta(nullable(is_int))
+_STOP_REASON = Meta(
+    fallback=None,
+    check=nullable(
+        is_enum(
+            "end_turn",
+            "max_tokens",
+            "stop_sequence",
+            "tool_use",
+            "pause_turn",
+            "refusal",
+            "model_context_window_exceeded",
+        )
+    )
+)
+# The stop sequence that matched is one of the client's own; only a token-like one is relayed.
+_STOP_SEQUENCE = Meta(nullable(is_token), fallback=None)
+_VERIFIED = Opaque("verified against the request's documents")
+
+
+def _location(**ints: Rule) -> Obj:
+    return Obj(
+        "citation",
+        {
+            "type": _TOKEN,
+            "cited_text": _VERIFIED,
+            "document_index": _INT,
+            # Titles are text nobody verifies: never relayed.
+            "document_title": DROP,
+            "file_id": Meta(nullable(is_token)),
+            **ints,
+        },
+        nullable=False,
+    )
+
+
+_CITATION = ByType(
+    "citation",
+    {
+        "char_location": _location(start_char_index=_INT, end_char_index=_INT),
+        "page_location": _location(start_page_number=_INT, end_page_number=_INT),
+        "content_block_location": _location(start_block_index=_INT, end_block_index=_INT),
+        "search_result_location": Obj(
+            "citation",
+            {
+                "type": _TOKEN,
+                "cited_text": _VERIFIED,
+                "search_result_index": _INT,
+                "source": Meta(lambda v: is_url(v) or is_token(v)),
+                "title": DROP,
+                "start_block_index": _INT,
+                "end_block_index": _INT,
+            },
+            nullable=False,
+        ),
+    },
+)
+_BLOCK = ByType(
+    "content_block",
+    {
+        "text": Obj(
+            "content_block",
+            {"type": _TOKEN, "text": Text("content"), "citations": Items(_CITATION)},
+            nullable=False,
+        ),
+        "thinking": Obj(
+            "content_block",
+            {"type": _TOKEN, "thinking": Text("reasoning"), "signature": Meta(is_opaque)},
+            nullable=False,
+        ),
+        "redacted_thinking": Obj(
+            "content_block", {"type": _TOKEN, "data": Meta(is_opaque)}, nullable=False
+        ),
+        "tool_use": Obj(
+            "content_block",
+            {
+                "type": _TOKEN,
+                "id": _TOKEN,
+                "name": _TOKEN,
+                "input": Text("tool_arguments"),
+                "caller": Obj("content_block", {"type": _TOKEN, "tool_id": _TOKEN}),
+            },
+            required=frozenset({"id", "name"}),
+            nullable=False,
+        ),
+    },
+)
+BODY_TABLE = Obj(
+    "top",
+    {
+        # Fields the SDKs require are replaced, not removed, when their value is dropped.
+        "id": Meta(is_token, fallback=""),
+        "type": Meta(is_enum("message"), fallback="message"),
+        "role": Meta(is_enum("assistant"), fallback="assistant"),
+        "model": Meta(is_model, fallback=""),
+        "content": Items(_BLOCK),
+        "stop_reason": _STOP_REASON,
+        "stop_sequence": _STOP_SEQUENCE,
+        "usage": Meta(usage_check, fallback={"input_tokens": 0, "output_tokens": 0}),
+    },
+    nullable=False,
+)
+
+# Stream events, checked whole on every event parsed in full. `message_start`'s message, a
+# started block, `message_delta`'s fields and a citation are carried into the assembled body
+# and decided there by BODY_TABLE; anything else not known here has no place in the body, so
+# a stream holding it is re-framed.
+_CARRIED = Opaque("carried into the assembled body")
+_TYPE = Meta(is_token)
+_DELTAS = ByType(
+    "delta",
+    {
+        "text_delta": Obj("delta", {"type": _TYPE, "text": _CARRIED}, nullable=False),
+        "citations_delta": Obj("delta", {"type": _TYPE, "citation": _CARRIED}, nullable=False),
+        "thinking_delta": Obj("delta", {"type": _TYPE, "thinking": _CARRIED}, nullable=False),
+        "signature_delta": Obj(
+            "delta", {"type": _TYPE, "signature": Meta(is_opaque)}, nullable=False
+        ),
+        "input_json_delta": Obj(
+            "delta", {"type": _TYPE, "partial_json": _CARRIED}, nullable=False
+        ),
+    },
+)
+FRAME_TABLE = ByType(
+    "frame",
+    {
+        "message_start": Obj("frame", {"type": _TYPE, "message": _CARRIED}, nullable=False),
+        "content_block_start": Obj(
+            "frame", {"type": _TYPE, "index": _INT, "content_block": _CARRIED}, nullable=False
+        ),
+        "content_block_delta": Obj(
+            "frame", {"type": _TYPE, "index": _INT, "delta": _DELTAS}, nullable=False
+        ),
+        "content_block_stop": Obj("frame", {"type": _TYPE, "index": _INT}, nullable=False),
+        "message_delta": Obj(
+            "frame",
+            {
+                "type": _TYPE,
+                "delta": Obj("delta", {}, other=_CARRIED),
+                "usage": _CARRIED,
+            },
+            nullable=False,
+        ),
+        "message_stop": Obj("frame", {"type": _TYPE}, nullable=False),
+        "ping": Obj("frame", {"type": _TYPE}, nullable=False),
+    },
+)
+# The event names the protocol defines; an `event:` line must name its data's type.
+EVENT_NAMES = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+        "ping",
+        "error",
+    }
+)
 _CITATION_FIELDS: dict[str, tuple[str | None, str, str]] = {
     "char_location": ("document_index", "start_char_index", "end_char_index"),
     "page_location": ("document_index", "start_page_number", "end_page_number"),
@@ -120,11 +300,21 @@ def text_block_ranges(content: Sequence[object]) -> list[tuple[int, int, int]]:
 def parse_body(body: Mapping[str, object]) -> Answer:
     if not isinstance(body, Mapping) or body.get("type") != "message":
         raise ProtocolError("anthropic-messages: response body is not a message")
-    content = body.get("content")
+    if not isinstance(body.get("content"), list):
+        raise ProtocolError("anthropic-messages: message has no content list")
+    raw_content: list[object] = body["content"]  # type: ignore[assignment]
+    for bi, block in enumerate(raw_content):
+        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
+            raise ProtocolError(f"anthropic-messages: content block {bi} has no type")
+    log = FieldLog()
+    kept: Json = clean(BODY_TABLE, dict(body), log)  # type: ignore[assignment]
+    content = kept.get("content")
     if not isinstance(content, list):
         raise ProtocolError("anthropic-messages: message has no content list")
-    answer = Answer(protocol=NAME, body=dict(body))
-    usage = body.get("usage")
+    answer = Answer(protocol=NAME, body=kept)
+    answer.unknown_fields.extend(path for _, path in log.unknown)
+    answer.dropped.extend(log.dropped)
+    usage = kept.get("usage")
     if isinstance(usage, Mapping):
         for src, dst in (("input_tokens", "input"), ("output_tokens", "output")):
             v = _int(usage.get(src))
@@ -140,13 +330,6 @@ def parse_body(body: Mapping[str, object]) -> Answer:
         if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
             raise ProtocolError(f"anthropic-messages: content block {bi} has no type")
         btype = str(block["type"])
-        known = _BLOCK_KEYS.get(btype)
-        if known is None:
-            answer.unknown_fields.append(("content", bi))
-            continue
-        for k in block:
-            if k not in known:
-                answer.unknown_fields.append(("content", bi, k))
         if btype == "text":
             text = block.get("text")
             if not isinstance(text, str):
@@ -154,11 +337,9 @@ def parse_body(body: Mapping[str, object]) -> Answer:
             has_text = True
             cits = block.get("citations")
             if isinstance(cits, list):
-                for ci, raw in enumerate(cits):
-                    cit = native_citation(raw)
-                    if cit is None:
-                        answer.unknown_fields.append(("content", bi, "citations", ci))
-                    else:
+                for raw in cits:
+                    cit = native_citation(raw)  # None: a kind the table left unknown
+                    if cit is not None:
                         native.append((pos, pos + len(text), cit))
             elif cits is not None:
                 raise ProtocolError("anthropic-messages: citations is not a list")
@@ -202,6 +383,9 @@ def _text_delta(data: object) -> tuple[int, str] | None:
     return (idx, text) if type(text) is str else None
 
 
+_SLOT_NAMES = (None, "content_block_delta")
+
+
 class AnthropicStreamParser:
     """Assembles message_start / content_block_* / message_delta events into a message."""
 
@@ -211,6 +395,7 @@ class AnthropicStreamParser:
         self._grown: dict[tuple[int, str], list[str]] = {}
         self._json_parts: dict[int, list[str]] = {}
         self._done = False
+        self._dropped: list[tuple[str, tuple[str | int, ...]]] = []
         # The last plain text_delta around its text, for the events that repeat it; learnt a
         # few times at most per stream.
         self._slot: StringSlot | None = None
@@ -225,15 +410,17 @@ class AnthropicStreamParser:
     def feed(self, event: SSEEvent) -> list[TextDelta]:
         if self._done:
             return []
-        if self._slot is not None and event.event != "error":
+        # The slot's event is a content_block_delta: under any other name it is read in full
+        # (and its name judged).
+        if self._slot is not None and event.event in _SLOT_NAMES:
             text = self._slot.match(event.data)
             if text is not None:  # the same event as the slot's, but for its text
                 self._grow(self._slot_index, "text", text)
                 return [(_CONTENT_KEY, text)] if text else []
         try:
-            data = json.loads(event.data)
-        except ValueError as exc:
-            raise ProtocolError("anthropic-messages: stream event is not JSON") from exc
+            data = loads_unique(event.data, stdlib=True)
+        except ProtocolError as exc:
+            raise ProtocolError(f"anthropic-messages: stream event: {exc}") from None
         out = self._event(data, event)
         if self._slot_tries:
             known = _text_delta(data)
@@ -252,6 +439,13 @@ class AnthropicStreamParser:
         etype = data.get("type", event.event)
         if etype == "error" or event.event == "error":
             raise ProtocolError("anthropic-messages: the stream carried an error event")
+        if event.event is not None and (event.event not in EVENT_NAMES or event.event != etype):
+            self._dropped.append(("sse", ("event",)))
+        log = FieldLog()
+        clean(FRAME_TABLE, data, log)
+        if log.unknown or log.dropped:
+            self._dropped.extend(log.unknown)
+            self._dropped.extend(log.dropped)
         if etype == "ping":
             return []
         if etype == "message_start":
@@ -358,11 +552,24 @@ class AnthropicStreamParser:
         return msg
 
     def finish(self) -> Answer:
-        return parse_body(self.body())
+        answer = parse_body(self.body())
+        answer.dropped.extend(self._dropped)
+        return answer
+
+
+def _known_keys(citation: object) -> object:
+    """A citation with only the keys the field table knows for its type (a rebuilt block
+    carries no unknown field, allow-listed or not)."""
+    if not isinstance(citation, dict):
+        return citation
+    table = _CITATION.types.get(str(citation.get("type")))
+    return {k: v for k, v in citation.items() if table is not None and k in table.fields}
 
 
 class AnthropicMessages:
     name = NAME
+    field_table = BODY_TABLE
+    frame_table = FRAME_TABLE
 
     def request_info(self, body: Mapping[str, object]) -> RequestInfo:
         return RequestInfo(stream=body.get("stream") is True, include_usage=True, n=1)
@@ -520,7 +727,7 @@ class AnthropicMessages:
                 if s >= e:
                     continue
                 cits = [
-                    c
+                    _known_keys(c)
                     for c in raw_cits[bi]
                     if (nc := native_citation(c)) is not None and nc.native in own
                 ]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.policy import Policy, Route
+from gateway.protocols.fields import allowed
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Channel, Claim, ContextSet, Outcome, Report, TemplateName
 
@@ -97,14 +98,15 @@ def channel_key(path: Sequence[str | int]) -> str:
 
 def field_allowed(path: Sequence[str | int], policy: Policy) -> bool:
     """An unknown field survives a verified route only when the policy allow-lists it."""
-    allow = policy.channels.allow_fields
-    names = [p for p in path if isinstance(p, str)]
-    return bool(names) and (names[-1] in allow or ".".join(str(p) for p in path) in allow)
+    return allowed(path, policy.channels.allow_fields)
 
 
 def rule_withholds_something(answer: Answer, policy: Policy) -> bool:
     """Does a channel rule remove part of this answer (a withheld reasoning or tool-call
-    channel, or an unknown field not allow-listed)? Then it cannot go out byte-identical."""
+    channel, a field the field table dropped, or an unknown field not allow-listed)? Then it
+    cannot go out byte-identical."""
+    if answer.dropped:
+        return True
     ch = policy.channels
     for c in answer.channels:
         if c.kind == "reasoning" and ch.reasoning == "withhold":

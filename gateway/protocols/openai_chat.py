@@ -29,6 +29,27 @@ from gateway.protocols.base import (
     split_claims,
     template_text,
 )
+from gateway.protocols.fields import (
+    Blank,
+    ByType,
+    FieldLog,
+    Items,
+    Meta,
+    Obj,
+    Opaque,
+    Text,
+    clean,
+    is_enum,
+    is_int,
+    is_model,
+    is_opaque,
+    is_token,
+    is_url,
+    loads_unique,
+    nullable,
+    usage_check,
+    verified_token_logprobs,
+)
 from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
 from gateway.protocols.slot import StringSlot, learn_slot
 from gateway.sse import SSEEvent
@@ -37,7 +58,169 @@ from gateway.types import Answer, Channel, Claim, ContextSet, Decision, Outcome,
 __all__ = ["OpenAIChat", "OpenAIStreamParser"]
 
 NAME = "openai-chat"
-_CHOICE_KEYS = frozenset({"index", "message", "finish_reason", "logprobs"})
+
+# -- the field table (DESIGN §2: every field at every level is decided) ------------------------
+
+_FINISH = nullable(is_enum("stop", "length", "tool_calls", "content_filter", "function_call"))
+_TOKEN = Meta(is_token)
+_NULL_TOKEN = Meta(nullable(is_token))
+_INT = Meta(is_int)
+_ASSISTANT = Meta(nullable(is_enum("assistant")))
+_USAGE = Meta(nullable(usage_check))
+_LOGPROBS = Opaque("logprobs")  # decided by `channels.logprobs` (`_logprobs`)
+
+_ANNOTATION = ByType(
+    "annotation",
+    {
+        "url_citation": Obj(
+            "annotation",
+            {
+                "type": Meta(is_enum("url_citation")),
+                "url_citation": Obj(
+                    "annotation",
+                    {
+                        "start_index": _INT,
+                        "end_index": _INT,
+                        "url": Meta(is_url),
+                        # Titles are upstream prose nobody verifies: never relayed (the
+                        # SDKs require the key, so it stays, empty).
+                        "title": Blank(""),
+                    },
+                    required=frozenset({"start_index", "end_index", "url"}),
+                    nullable=False,
+                ),
+            },
+            required=frozenset({"url_citation"}),
+        )
+    },
+)
+_FUNCTION = Obj(
+    "tool_call",
+    {"name": _TOKEN, "arguments": Text("tool_arguments")},
+    required=frozenset({"name"}),
+    nullable=False,
+)
+_CUSTOM = Obj(
+    "tool_call",
+    {"name": _TOKEN, "input": Text("tool_arguments")},
+    required=frozenset({"name"}),
+    nullable=False,
+)
+_TOOL_CALL = Obj(
+    "tool_call",
+    {
+        "id": _TOKEN,
+        "type": Meta(is_enum("function", "custom")),
+        "function": _FUNCTION,
+        "custom": _CUSTOM,
+    },
+    required=frozenset({"id"}),
+    vital=frozenset({"type", "function", "custom"}),
+    nullable=False,
+)
+_AUDIO = Obj(
+    "audio",
+    {"id": _TOKEN, "data": Meta(is_opaque), "expires_at": _INT, "transcript": Text("transcript")},
+    required=frozenset({"id"}),
+)
+_MESSAGE_TABLE = Obj(
+    "message",
+    {
+        "role": Meta(is_enum("assistant"), fallback="assistant"),
+        "content": Text("content"),
+        "refusal": Text("refusal"),
+        "reasoning_content": Text("reasoning", strings_only=True),
+        "reasoning": Text("reasoning", strings_only=True),
+        "tool_calls": Items(_TOOL_CALL),
+        "function_call": Obj(
+            "tool_call", {"name": _TOKEN, "arguments": Text("tool_arguments")},
+            required=frozenset({"name"}),
+        ),
+        "annotations": Items(_ANNOTATION),
+        "audio": _AUDIO,
+    },
+    nullable=False,
+)
+_CHOICE_TABLE = Obj(
+    "choice",
+    {
+        "index": _INT,
+        "message": _MESSAGE_TABLE,
+        "finish_reason": Meta(_FINISH, fallback="stop"),
+        "logprobs": _LOGPROBS,
+    },
+    required=frozenset({"message"}),
+    nullable=False,
+)
+BODY_TABLE = Obj(
+    "top",
+    {
+        # Fields the SDKs require are replaced, not removed, when their value is dropped.
+        "id": Meta(is_token, fallback=""),
+        "object": Meta(is_enum("chat.completion"), fallback="chat.completion"),
+        "created": Meta(is_int, fallback=0),
+        "model": Meta(is_model, fallback=""),
+        "choices": Items(_CHOICE_TABLE),
+        "usage": _USAGE,
+        "system_fingerprint": _NULL_TOKEN,
+        "service_tier": _NULL_TOKEN,
+    },
+    nullable=False,
+)
+
+# A stream frame: checked whole on every frame parsed in full. Keys a frame carries into the
+# assembled body (`_CARRIED`) are decided there, by BODY_TABLE; anything else not known here
+# has no place in the body, so a stream holding it is re-framed.
+_CARRIED = Opaque("carried into the assembled body")
+_TOOL_DELTA = Obj(
+    "tool_call",
+    {
+        "index": _INT,
+        "id": _NULL_TOKEN,
+        "type": Meta(nullable(is_enum("function", "custom"))),
+        "function": Obj(
+            "tool_call",
+            {"name": Meta(lambda v: v is None or v == "" or is_token(v)), "arguments": _CARRIED},
+        ),
+    },
+    required=frozenset({"index"}),
+    nullable=False,
+)
+_DELTA_TABLE = Obj(
+    "delta",
+    {
+        "role": _ASSISTANT,
+        "tool_calls": Items(_TOOL_DELTA),
+        "function_call": Obj(
+            "tool_call",
+            {"name": Meta(lambda v: v is None or v == "" or is_token(v)), "arguments": _CARRIED},
+        ),
+    },
+    other=_CARRIED,
+)
+FRAME_TABLE = Obj(
+    "frame",
+    {
+        "id": _TOKEN,
+        "object": Meta(is_enum("chat.completion.chunk")),
+        "created": _INT,
+        "model": Meta(is_model),
+        "system_fingerprint": _NULL_TOKEN,
+        "service_tier": _NULL_TOKEN,
+        "obfuscation": Meta(is_opaque),
+        "usage": _CARRIED,
+        "choices": Items(
+            Obj(
+                "choice",
+                {"index": _INT, "delta": _DELTA_TABLE, "finish_reason": Meta(_FINISH)},
+                other=_CARRIED,
+                nullable=False,
+            )
+        ),
+    },
+    nullable=False,
+)
+
 _MESSAGE_KEYS = frozenset(
     {
         "role",
@@ -83,23 +266,25 @@ def parse_body(body: Mapping[str, object]) -> Answer:
         raise ProtocolError("openai-chat: response body is not a JSON object")
     obj = body.get("object")
     if obj is not None and obj != "chat.completion":
-        raise ProtocolError("openai-chat: unexpected object type")
-    choices = body.get("choices")
-    if not isinstance(choices, list):
+        raise ProtocolError("openai-chat: the body is not a chat.completion object")
+    if not isinstance(body.get("choices"), list):
         raise ProtocolError("openai-chat: response has no choices list")
-    answer = Answer(protocol=NAME, body=dict(body), usage=_usage(body))
-    for ci, choice in enumerate(choices):
+    raw_choices: list[object] = body["choices"]  # type: ignore[assignment]
+    for ci, choice in enumerate(raw_choices):
         if not isinstance(choice, Mapping) or not isinstance(choice.get("message"), Mapping):
             raise ProtocolError(f"openai-chat: choice {ci} has no message object")
+    log = FieldLog()
+    kept: Json = clean(BODY_TABLE, dict(body), log)  # type: ignore[assignment]
+    choices = kept.get("choices")
+    if not isinstance(choices, list):
+        raise ProtocolError("openai-chat: response has no choices list")
+    answer = Answer(protocol=NAME, body=kept, usage=_usage(kept))
+    answer.unknown_fields.extend(path for _, path in log.unknown)
+    answer.dropped.extend(log.dropped)
+    for ci, choice in enumerate(choices):
         base: tuple[str | int, ...] = ("choices", ci)
         msg: Mapping[str, object] = choice["message"]
         mpath = (*base, "message")
-        for k in choice:
-            if k not in _CHOICE_KEYS:
-                answer.unknown_fields.append((*base, k))
-        for k in msg:
-            if k not in _MESSAGE_KEYS:
-                answer.unknown_fields.append((*mpath, k))
         if choice.get("logprobs") is not None:
             answer.has_logprobs = True
 
@@ -113,8 +298,6 @@ def parse_body(body: Mapping[str, object]) -> Answer:
             value = msg.get(key)
             if isinstance(value, str):
                 add("reasoning", (*mpath, key), value)
-            elif value is not None:
-                answer.unknown_fields.append((*mpath, key))
         tool_calls = msg.get("tool_calls")
         if isinstance(tool_calls, list):
             for ti, call in enumerate(tool_calls):
@@ -206,6 +389,7 @@ class OpenAIStreamParser:
         self._choices: dict[int, _ChoiceState] = {}
         self._usage: object = None
         self._done = False
+        self._dropped: list[tuple[str, tuple[str | int, ...]]] = []
         # The last content-only chunk around its text, for the chunks that repeat it; learnt
         # a few times at most per stream (a chunk that varies elsewhere defeats it).
         self._slot: StringSlot | None = None
@@ -227,6 +411,9 @@ class OpenAIStreamParser:
             return []
         if event.event == "error":
             raise ProtocolError("openai-chat: the stream carried an error event")
+        if event.event is not None:
+            # The protocol names no events: an `event:` line is not relayed.
+            self._dropped.append(("sse", ("event",)))
         if self._slot is not None:
             text = self._slot.match(data)
             if text is not None:  # the same chunk as the slot's, but for its content
@@ -234,9 +421,9 @@ class OpenAIStreamParser:
                 st.parts["content"].append(text)
                 return [(st.keys["content"], text)] if text else []
         try:
-            chunk = json.loads(data)
-        except ValueError as exc:
-            raise ProtocolError("openai-chat: stream event is not JSON") from exc
+            chunk = loads_unique(data, stdlib=True)
+        except ProtocolError as exc:
+            raise ProtocolError(f"openai-chat: stream event: {exc}") from None
         out = self._chunk(chunk)
         if self._slot_tries:
             known = _content_only(chunk)
@@ -256,7 +443,17 @@ class OpenAIStreamParser:
             raise ProtocolError("openai-chat: the stream carried an error")
         obj = chunk.get("object")
         if obj is not None and obj != "chat.completion.chunk":
-            raise ProtocolError("openai-chat: unexpected stream object type")
+            raise ProtocolError("openai-chat: a stream event is not a chat.completion.chunk")
+        log = FieldLog()
+        clean(FRAME_TABLE, chunk, log)
+        if log.unknown or log.dropped:
+            self._dropped.extend(log.unknown)
+            self._dropped.extend(log.dropped)
+        head = self._head
+        for k in _HEAD_KEYS:
+            # A frame repeats the head; one that says something else is not relayed.
+            if k in chunk and k in head and chunk[k] != head[k]:
+                self._dropped.append(("frame", (k,)))
         if self._head_missing:
             found = [k for k in self._head_missing if k in chunk]
             if found:
@@ -406,7 +603,9 @@ class OpenAIStreamParser:
         return body
 
     def finish(self) -> Answer:
-        return parse_body(self.body())
+        answer = parse_body(self.body())
+        answer.dropped.extend(self._dropped)
+        return answer
 
 
 def _joined(parts: Json, keys: tuple[str, ...]) -> Json:
@@ -458,14 +657,24 @@ class OpenAIChat:
     def stream_parser(self, route: Route) -> OpenAIStreamParser:
         return OpenAIStreamParser()
 
+    field_table = BODY_TABLE
+    frame_table = FRAME_TABLE
+
     def needs_rewrite(self, answer: Answer, policy: Policy) -> bool:
-        if answer.has_logprobs and policy.channels.logprobs == "withhold":
+        if rule_withholds_something(answer, policy):
             return True
-        return rule_withholds_something(answer, policy)
+        if not answer.has_logprobs or policy.channels.logprobs == "pass":
+            return False
+        choices = answer.body.get("choices")
+        for choice in choices if isinstance(choices, list) else []:
+            lp = choice.get("logprobs")
+            if lp is not None and _logprobs(lp, choice["message"], policy) != lp:
+                return True
+        return False
 
     # -- rendering ---------------------------------------------------------------------------
 
-    def _base(self, answer: Answer, policy: Policy, drop_logprobs: bool) -> Json:
+    def _base(self, answer: Answer, policy: Policy) -> Json:
         body: Json = copy.deepcopy(dict(answer.body))
         ch = policy.channels
         for path in answer.unknown_fields:
@@ -479,8 +688,6 @@ class OpenAIChat:
             if ch.tool_calls == "withhold":
                 msg.pop("tool_calls", None)
                 msg.pop("function_call", None)
-            if drop_logprobs or ch.logprobs == "withhold":
-                choice["logprobs"] = None
         return body
 
     def render(
@@ -493,9 +700,11 @@ class OpenAIChat:
     ) -> dict[str, object]:
         match outcome.decision:
             case Decision.RELEASED:
-                body = self._base(answer, policy, drop_logprobs=False)
+                body = self._base(answer, policy)
+                self._decide_logprobs(body, policy, changed=False)
             case Decision.PARTIAL:
                 body = self._partial(answer, claims, outcome, policy)
+                self._decide_logprobs(body, policy, changed=True)
             case Decision.ABSTAINED:
                 body = self._template(answer, template_text(outcome, policy, "no_evidence"))
             case Decision.REVIEW:
@@ -536,7 +745,7 @@ class OpenAIChat:
     def _partial(
         self, answer: Answer, claims: Sequence[Claim], outcome: Outcome, policy: Policy
     ) -> Json:
-        body = self._base(answer, policy, drop_logprobs=True)
+        body = self._base(answer, policy)
         disclosure = policy.release.templates.partial
         kept, failed = split_claims(claims, outcome)
         all_failed = [c for cs in failed.values() for c in cs]
@@ -575,6 +784,18 @@ class OpenAIChat:
                 else:
                     msg.pop("tool_calls")
         return body
+
+    @staticmethod
+    def _decide_logprobs(body: Json, policy: Policy, changed: bool) -> None:
+        """`channels.logprobs` over each choice of a rendered body. `pass` relays them as they
+        are, except in a partial answer, whose texts they no longer describe."""
+        for choice in body.get("choices", []):
+            lp = choice.get("logprobs")
+            if lp is None:
+                continue
+            if policy.channels.logprobs == "pass" and not changed:
+                continue
+            choice["logprobs"] = _logprobs(lp, choice["message"], policy)
 
     @staticmethod
     def _fix_finish_reasons(body: Json) -> None:
@@ -672,6 +893,25 @@ class OpenAIChat:
             )
         events.append(SSEEvent(data="[DONE]"))
         return events
+
+
+def _logprobs(lp: object, msg: Mapping[str, object], policy: Policy) -> object:
+    """A choice's logprobs under `verify` / `withhold` (see `verified_token_logprobs`): each of
+    `content` / `refusal` is kept only when its tokens spell the released text."""
+    if policy.channels.logprobs == "withhold" or type(lp) is not dict:
+        return None
+    out: Json = {}
+    for key in ("content", "refusal"):
+        if key not in lp:
+            continue
+        entries = lp[key]
+        text = msg.get(key)
+        out[key] = (
+            None
+            if entries is None
+            else verified_token_logprobs(entries, text if isinstance(text, str) else None)
+        )
+    return out if any(v is not None for v in out.values()) else None
 
 
 def _remap_annotations(

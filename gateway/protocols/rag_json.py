@@ -33,11 +33,12 @@ from gateway.protocols.base import (
     split_claims,
     template_text,
 )
+from gateway.protocols.fields import loads_unique
 from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Channel, Claim, ContextSet, Decision, Outcome, Report
 
-__all__ = ["KEEP_MAX_CHARS", "RagAnswer", "RagJson", "RagJsonStreamParser", "reject_duplicate_keys"]
+__all__ = ["KEEP_MAX_CHARS", "RagAnswer", "RagJson", "RagJsonStreamParser"]
 
 NAME = "rag-json"
 Json = dict[str, Any]
@@ -49,26 +50,6 @@ class RagAnswer(Answer):
     """An Answer that remembers the route's RagSpec, so rendering keeps that route's fields."""
 
     spec: RagSpec | None = None
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> None:
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            # The key itself is upstream content: never echoed.
-            raise ProtocolError("rag-json: the upstream body repeats a key in one JSON object")
-        seen.add(key)
-
-
-def reject_duplicate_keys(raw: bytes | str) -> None:
-    """Raise ProtocolError when any JSON object in `raw` has a key twice (an ambiguous body
-    that a client's parser may read differently from ours). A drop-in for a shared detector."""
-    try:
-        json.loads(raw, object_pairs_hook=_no_duplicates)
-    except ProtocolError:
-        raise
-    except (ValueError, RecursionError) as exc:
-        raise ProtocolError("rag-json: the upstream body is not valid JSON") from exc
 
 
 def _keepable(value: object) -> bool:
@@ -206,11 +187,10 @@ class RagJsonStreamParser:
     def feed(self, event: SSEEvent) -> list[TextDelta]:
         if event.event == "error":
             raise ProtocolError("rag-json: the stream carried an error event")
-        reject_duplicate_keys(event.data)
         try:
-            self._last = json.loads(event.data)
-        except ValueError as exc:
-            raise ProtocolError("rag-json: stream event is not JSON") from exc
+            self._last = loads_unique(event.data, stdlib=True)
+        except ProtocolError as exc:
+            raise ProtocolError(f"rag-json: stream event: {exc}") from exc
         return []
 
     def finish(self) -> Answer:
@@ -240,10 +220,6 @@ class RagJson:
         """Released bytes go out unchanged only when nothing outside the answer, claims,
         context and kept fields was in them."""
         return self._skeleton(answer, policy) != answer.body
-
-    def check_raw(self, raw: bytes) -> None:
-        """Refuse an upstream body the parsed form cannot represent (duplicate keys)."""
-        reject_duplicate_keys(raw)
 
     def kept_fields(self, answer: Answer) -> Json:
         """The `rag.keep` fields of this answer with scalar values, as a JSON skeleton (merged
