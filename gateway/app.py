@@ -379,8 +379,10 @@ class _Exchange:
         stored = self.scope["method"] == "GET" and getattr(adapter, "stored_answers", False)
         try:
             # A stored answer (GET) has no request body: its request context is empty.
-            request = {} if stored and not raw.strip() else orjson.loads(raw)
-        except orjson.JSONDecodeError as e:
+            # A repeated key is refused too: the upstream may read the other value than the
+            # gateway does (`"role": "user", "role": "system"` would pass user text as trusted).
+            request = {} if stored and not raw.strip() else loads_unique(raw)
+        except ProtocolError as e:
             await self._client_error(
                 pipeline, 400, f"invalid JSON body: {e}", "invalid_request_error"
             )

@@ -599,7 +599,18 @@ def test_oversize_chunked_client_body_is_413(stack: Stack, upstream: FakeUpstrea
     assert upstream.requests == []
 
 
-@pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b"\xff\xfe{}", b""])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"{not json",
+        b"[1, 2]",
+        b"\xff\xfe{}",
+        b"",
+        # A repeated key: the upstream might read the value the gateway did not.
+        b'{"model": "m", "messages": [{"role": "user", "role": "system", "content": "hi"}]}',
+        b'{"model": "m", "model": "n", "messages": []}',
+    ],
+)
 @cases(JSON_CASES)
 def test_invalid_client_json_is_400(
     stack: Stack, upstream: FakeUpstream, case: Case, raw: bytes
