@@ -232,14 +232,23 @@ class ContextSpec(_Model):
         return value
 
 
+# Matched against the whole claim (`re.fullmatch`, citation markers removed): an abstention
+# followed by anything that is not one of these few words ("I don't know, but X.") is a claim.
 DEFAULT_EXEMPT = [
-    r"(?i)^\s*(i (do not|don't) know|i'?m not sure|i cannot (find|answer)|"
-    r"the (provided )?(context|sources?|documents?) (do|does) not (contain|say|mention))\b",
+    r"(?i)(?:i (?:do not|don't|don’t|cannot|can't|can’t) (?:know|say|find|answer|tell)"
+    r"|i'?m not sure|i am not sure|i’m not sure|there is no (?:answer|information)"
+    r"|the (?:provided )?(?:context|sources?|documents?|passages?) (?:do|does) not "
+    r"(?:contain|say|mention|answer|cover|include))"
+    r"(?:[ ,]+(?:that|this|it|the|an?|answer|any|information|about|on|to|for|your|my"
+    r"|question|in|from|provided|given|available|context|sources?|documents?|passages?"
+    r"|here|based))*\s*[.!]?",
 ]
 
 
 class ClaimsSpec(_Model):
     exempt: list[RegexStr] = Field(default_factory=lambda: list(DEFAULT_EXEMPT))
+    title_words: int = Field(default=8, ge=0)  # a longer heading, or one with a digit, is a claim
+    code: Literal["exempt", "check"] = "exempt"  # text in a code fence: no claim / a claim
 
 
 class SupportSpec(_Model):
