@@ -596,10 +596,7 @@ def exempt_match(
         parts.append(text[pos:])
         text = "".join(parts)
     text = text.strip()
-    for p in patterns:
-        if p.fullmatch(text) is not None:
-            return True
-    return False
+    return any(p.fullmatch(text) is not None for p in patterns)
 
 
 def list_label_end(text: str) -> int:

@@ -754,7 +754,7 @@ def _cross_file_errors(policies: Sequence[LoadedPolicy]) -> list[PolicyError]:
 class Diagnostic:
     file: str
     line: int | None
-    severity: Literal["error", "warning"]
+    severity: Literal["error", "warning", "note"]
     message: str
 
     def __str__(self) -> str:
@@ -810,6 +810,16 @@ def lint(policies: Sequence[LoadedPolicy]) -> list[Diagnostic]:
                 loaded,
                 ("citations", "pattern"),
                 f"citations.pattern is ignored with format: {p.citations.format}",
+            )
+        if p.claims.code == "exempt":
+            out.append(
+                Diagnostic(
+                    loaded.path,
+                    loaded.line_of("claims", "code"),
+                    "note",
+                    "claims.code: exempt — text in code fences is never checked; set "
+                    "claims.code: check to verify it as claims",
+                )
             )
         if "support" in p.model_fields_set and "unsupported" not in p.checks:
             warn(loaded, ("support",), "support is set but unsupported is not in checks")

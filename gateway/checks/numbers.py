@@ -1,18 +1,31 @@
 """number_mismatch: every number in a claim must appear, with equal value, in a cited source.
 
-A number is an integer or decimal, with optional sign (only at a word start, so "2019-2021" is
-two positive years), currency symbol, thousands separators ("1,200" == 1200), scale word
-("3.2 million" == 3200000), percent ("80%", "80 percent") and unit ("62.5 kWh"). Values compare
-exactly as decimals (sign included); percent-ness must agree; a known unit on both sides must
-agree (a source number without a unit matches any unit). Years and dates are numbers too.
-Numbers inside citation markers and list numbering are not part of the claim text checked.
+Numbers are read by value, the same way on both sides (claim and chunk, DESIGN §4):
+
+* digits, with an optional sign (only at a word start, so "2019-2021" is two positive years),
+  currency symbol, thousands separators ("1,200", "1 200" with a thin or narrow no-break
+  space), decimals (".5"), leading zeros ("007" == 7);
+* scientific notation: "1.2e4", "10e3" (== 10,000), "1.2×10^4", "1.2x10^4", "1.2 * 10**4",
+  "1.2×10⁴", "10⁴", "10^-3"; a superscript after any other base is a footnote, not a power;
+* number words: "twelve", "forty-two", "one hundred and five", "two thousand", "a dozen"
+  (12), "three dozen" (36), "a million"; a bare "one" is a pronoun as often as a number
+  ("one of them") and is read only inside a longer number ("twenty-one", "one million");
+  ordinals ("third") are not numbers;
+* a scale word ("3.2 million" == 3200000, "3 hundred", "5 dozen"), percent ("80%", "80 percent",
+  "eighty per cent") and unit ("62.5 kWh"). Values compare exactly as decimals (sign included);
+  percent-ness must agree; a known unit on both sides must agree (a number without a unit
+  matches any unit). A decade ("1970s", "1970's", "1970 's") is the year, without a unit.
+  Years and dates are numbers too.
+
+A bare citation number in brackets ("according to [1]", "[2, 3]", "[^4]") is not a number, in
+any citation format; neither are numbers inside the claim's own citation markers (blanked by
+`claim_body`) or its list label (dropped by the segmenter).
 """
 
 from __future__ import annotations
 
 import re
 from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal
-from typing import Any
 
 from gateway.checks.base import ClaimFacts, FactsCheck, SourceText
 from gateway.types import CheckResult
@@ -20,12 +33,14 @@ from gateway.types import CheckResult
 __all__ = ["NumberMismatch", "Quantity", "numbers_in"]
 
 _SCALES = {
+    "hundred": Decimal(10) ** 2,
     "thousand": Decimal(10) ** 3,
     "million": Decimal(10) ** 6,
     "mn": Decimal(10) ** 6,
     "billion": Decimal(10) ** 9,
     "bn": Decimal(10) ** 9,
     "trillion": Decimal(10) ** 12,
+    "dozen": Decimal(12),
 }
 _UNITS_WORDS = """
     wh kwh mwh gwh twh w kw mw gw kv mv ma mah hz khz mhz ghz
@@ -36,31 +51,61 @@ _UNITS_WORDS = """
     """
 _UNITS = frozenset(_UNITS_WORDS.split())
 
+_SUPERSCRIPTS = "⁰¹²³⁴⁵⁶⁷⁸⁹"
+_SUPER = str.maketrans(_SUPERSCRIPTS + "⁻⁺", "0123456789-+")
+_SCALE_WORDS = r"hundred|thousand|million|billion|trillion|mn|bn|dozen"
+# What may follow a number (digits or words): a scale word, then percent, a decade's "s" or
+# a unit.
+_TAIL = (
+    rf"(?:\s?(?P<scale>{_SCALE_WORDS})\b)?"
+    r"(?:\s?(?P<pct>%|percent\b|per\s?cent\b)"
+    r"|(?P<decade>(?<=\d\d\d\d)(?:\s?['’]s|s)\b)"
+    r"|\s?(?P<unit>°[CF]|[A-Za-z]{1,3}\b))?"
+)
 _NUMBER = re.compile(
     r"(?<![\w.,])"
     r"(?P<sign>(?<![^\s(\[{])[-−–])?"
     r"(?P<cur>[$€£¥])?\s?"
-    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
-    r"(?![\d])"
-    r"(?:\s?(?P<scale>thousand|million|billion|trillion|mn|bn)\b)?"
-    r"(?:\s?(?P<pct>%|percent\b|per\s+cent\b)|\s?(?P<unit>°[CF]|[A-Za-z]{1,3}\b))?"
+    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:[\u2009\u202f]\d{3})+(?:\.\d+)?"
+    r"|\d+(?:\.\d+)?|\.\d+)"
+    r"(?:[eE](?P<exp>[-+−]?\d{1,4})(?!\w)"
+    r"|\s?[×x✕⨉*·]\s?10(?:\^|\*\*)\(?(?P<pow>[-+−]?\d{1,4})\)?"
+    r"|\s?[×x✕⨉*·]\s?10(?P<sup>[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]{1,4})"
+    r"|\^\(?(?P<caret>[-+−]?\d{1,4})\)?"
+    r"|(?P<sup10>[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]{1,4})"
+    r")?"
+    r"(?![\d⁰¹²³⁴⁵⁶⁷⁸⁹])" + _TAIL,
+    re.DOTALL,
 )
 
-# `_NUMBER` from the first digit of its number on: what a scan finds without trying the
-# pattern's lookbehinds at every position. The same alternatives, with the first digit in
-# front (so the pattern starts with a character set, which a search skips to in C) and the
-# optional space before the scale word, percent sign or unit taken possessively and once for
-# both (none of those starts with a space, so no match is lost or changed). After the first
-# digit, `pre` captures the character before it, if any (a lookbehind: it consumes nothing).
-# `{d}` is \d, or [0-9] for ASCII text, where the two are the same.
-_TAIL_PATTERN = (
-    r"(?P<num>{d}(?:(?<=(?P<pre>.){d}))?"
-    r"(?:{d}{{0,2}}(?:,{d}{{3}})+(?:\.{d}+)?|{d}*(?:\.{d}+)?))(?!{d})"
-    r"(?:\s?+(?P<scale>thousand|million|billion|trillion|mn|bn)\b)?"
-    r"(?:\s?+(?:(?P<pct>%|percent\b|per\s+cent\b)|(?P<unit>°[CF]|[A-Za-z]{{1,3}}\b)))?"
+_SMALL = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13,
+    "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18,
+    "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60,
+    "seventy": 70, "eighty": 80, "ninety": 90,
+}
+_WORD_SCALES = {"hundred": 100, "dozen": 12, "thousand": 10**3, "million": 10**6,
+                "billion": 10**9, "trillion": 10**12}
+_W = "|".join(sorted([*_SMALL, *_WORD_SCALES], key=len, reverse=True))
+_S = "|".join(sorted(_SMALL, key=len, reverse=True))
+_BIG = "hundred|thousand|million|billion|trillion"
+# A run of number words ("forty-two", "one hundred and five", "a dozen"): it starts with a
+# number below a hundred, or "a"/"an" and a scale word ("3 million" is read as digits, so a
+# scale word alone is not a number); "and" only after a scale word.
+_WORDS = re.compile(
+    rf"(?<![\w-])(?P<sign>(?<![^\s(\[{{])(?:minus|negative)\s+)?"
+    rf"(?P<words>(?:(?:an?\s+)(?:{_BIG}|dozen)|{_S})"
+    rf"(?:(?:\s*-\s*|\s+|(?:(?<=hundred)|(?<=thousand)|(?<=million)|(?<=billion)"
+    rf"|(?<=trillion))\s+and\s+)(?:{_W}))*)"
+    rf"(?![\w-])" + _TAIL,
+    re.IGNORECASE,
 )
-_TAIL = re.compile(_TAIL_PATTERN.format(d=r"\d"), re.DOTALL)
-_TAIL_ASCII = re.compile(_TAIL_PATTERN.format(d="[0-9]"), re.DOTALL)
+_WORD_SPLIT = re.compile(r"[\s-]+")
+# "[1]", "[2, 3]", "[4-6]", "[^7]": citation numbers, whatever the policy's format.
+_BARE_CITATION = re.compile(r"\[\^?\d+(?:\s*[,–-]\s*\^?\d+)*\]")
+_DIGIT = re.compile(r"\d")
+_WORD_HINT = re.compile(rf"(?i:{_S}|dozen|a hundred|an? (?:{_BIG}))")
 
 # (value, is_percent, unit or "")
 Quantity = tuple[Decimal, bool, str]
@@ -68,124 +113,128 @@ Quantity = tuple[Decimal, bool, str]
 # long numbers that differ only past the 28th digit compare equal (a wrong number passing).
 _EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
-_CURRENCY = "$€£¥"
-_SIGN = "-−–"
-
-
-def numbers_in(text: str) -> list[Quantity]:
-    """The numbers of `text` as exact values with percent-ness and known unit: those of the
-    matches of `_NUMBER.finditer(text)`, in order.
-
-    A scan finds each digit run that can begin a number, with its `_TAIL`. Before the run, a
-    match may also take a sign, a currency symbol, a space and a "." (".5"); of those only
-    the sign and the "." change the number, so a run with neither among the four characters
-    before it is the tail of the leftmost match exactly when the character before it is no
-    word character, "." or ",". In text without a sign, where no "." precedes a run, that
-    decides every number (the usual text: one `findall`). Otherwise `_scan` tries `_NUMBER`
-    where a sign or "." is near."""
-    if "-" in text or "−" in text or "–" in text:
-        return _scan(text)
-    out: list[Quantity] = []
-    memo = _UNSIGNED
-    for g in (_TAIL_ASCII if text.isascii() else _TAIL).findall(text):
-        pre = g[1]
-        if pre and pre != " ":
-            if pre.isalnum() or pre == "_" or pre == ",":
-                continue  # no match starts at the run, and nothing that could precedes it
-            if pre == ".":
-                return _scan(text)
-        q = memo.get(g)
-        out.append(_unsigned(g) if q is None else q)
-    return out
-
-
-def _scan(text: str) -> list[Quantity]:
-    """`numbers_in` for any text: where a sign or "." is near a digit run, `_leftmost` tries
-    `_NUMBER` at each start a match can have, leftmost first, as `finditer` would. No match
-    starts inside a tail after its first digit (every character there that could start one
-    follows a digit, a letter or a space that the pattern's lookbehinds reject), so the scan
-    resumes after the tail."""
-    out: list[Quantity] = []
-    signed = "-" in text or "−" in text or "–" in text
-    last: re.Match[str] | None = None  # the last number's match
-    for t in (_TAIL_ASCII if text.isascii() else _TAIL).finditer(text):
-        d = t.start()
-        if d:
-            before = text[d - 1]
-            if before.isalnum() or before == "_" or before == ",":
-                continue  # no match starts at d, and no sign, currency, space or "." precedes
-            if before == "." or (signed and _sign_near(text, d)):
-                m = _leftmost(text, 0 if last is None else last.end(), d)
-                if m is not None:
-                    last = m
-                    g = m.groups()
-                    out.append(_quantity(g[0] is not None, g[2:]))
-                continue
-        last = t
-        out.append(_quantity(False, t.group("num", "scale", "pct", "unit")))
-    return out
-
-
-def _sign_near(text: str, d: int) -> bool:
-    """Whether a sign is among the four characters before `d`."""
-    near = text[d - 4 if d > 4 else 0 : d]
-    return "-" in near or "−" in near or "–" in near
-
-
-def _leftmost(text: str, pos: int, d: int) -> re.Match[str] | None:
-    """The `_NUMBER` match that `finditer` finds for the digit run at `d`, resuming at `pos`:
-    it starts at most four characters before the run ([sign][currency][space][.])."""
-    j = d
-    if j > pos and text[j - 1] == ".":
-        j -= 1
-    if j > pos and text[j - 1].isspace():
-        j -= 1
-    if j > pos and text[j - 1] in _CURRENCY:
-        j -= 1
-    if j > pos and text[j - 1] in _SIGN:
-        j -= 1
-    for i in range(j, d + 1):
-        if i:
-            before = text[i - 1]
-            if before.isalnum() or before in "_.,":
-                continue
-        m = _NUMBER.match(text, i)
-        if m is not None:
-            return m
-    return None
-
-
-# The value of a number from its groups (num, scale, pct, unit; None when unmatched),
-# memoised per sign, since the same few numbers recur. Bounded: a full memo starts again, and
-# a number of more than `_MEMO_DIGITS` characters is not kept.
-_Groups = tuple[Any, ...]
-_POSITIVE: dict[_Groups, Quantity] = {}
-_NEGATIVE: dict[_Groups, Quantity] = {}
-# The same for `findall` tuples of `_TAIL` (num, pre, scale, pct, unit; "" when unmatched).
-_UNSIGNED: dict[tuple[str, ...], Quantity] = {}
+# The value of a match from its groups, memoised (the same few numbers recur). Bounded: a
+# full memo starts again, and a number of more than `_MEMO_DIGITS` characters is not kept.
+_MEMO: dict[tuple[str | None, ...], Quantity] = {}
 _MAX_MEMO = 4096
 _MEMO_DIGITS = 40
 
 
-def _unsigned(g: tuple[str, ...]) -> Quantity:
-    num, _, scale, pct, unit = g
-    q = _quantity(False, (num, scale or None, pct or None, unit or None))
-    if len(num) <= _MEMO_DIGITS:
-        if len(_UNSIGNED) >= _MAX_MEMO:
-            _UNSIGNED.clear()
-        _UNSIGNED[g] = q
+def numbers_in(text: str) -> list[Quantity]:
+    """The numbers of `text`: those written with digits, in order, then those in words."""
+    digits = _DIGIT.search(text) is not None
+    words = _WORD_HINT.search(text) is not None
+    if not (digits or words):
+        return []
+    if "[" in text:
+        text = _BARE_CITATION.sub(" ", text)
+    out: list[Quantity] = []
+    memo = _MEMO
+    if digits:
+        for m in _NUMBER.finditer(text):
+            g = m.group("sign", "num", "exp", "pow", "sup", "caret", "sup10", "scale", "pct",
+                        "decade", "unit")
+            q = memo.get(g)
+            if q is None:
+                q = _remember(g, _digits(g))
+            out.append(q)
+    if words:
+        for m in _WORDS.finditer(text):
+            run = m.group("words").lower()
+            if run == "one":
+                continue  # a pronoun as often as a number
+            g = ("w", m.group("sign"), run, m.group("scale"), m.group("pct"), m.group("unit"))
+            qs = _WORD_MEMO.get(g)
+            if qs is None:
+                qs = _words(g)
+                if len(run) <= _MEMO_DIGITS:
+                    if len(_WORD_MEMO) >= _MAX_MEMO:
+                        _WORD_MEMO.clear()
+                    _WORD_MEMO[g] = qs
+            out.extend(qs)
+    return out
+
+
+_WORD_MEMO: dict[tuple[str | None, ...], list[Quantity]] = {}
+
+
+def _remember(g: tuple[str | None, ...], q: Quantity) -> Quantity:
+    if sum(len(x) for x in g if x) <= _MEMO_DIGITS:
+        if len(_MEMO) >= _MAX_MEMO:
+            _MEMO.clear()
+        _MEMO[g] = q
     return q
 
 
-def _quantity(negative: bool, groups: _Groups) -> Quantity:
-    memo = _NEGATIVE if negative else _POSITIVE
-    q = memo.get(groups)
-    if q is not None:
-        return q
-    num, scale, pct, unit = groups
-    value = Decimal(num.replace(",", "") if "," in num else num)
-    if negative:
+def _signed(text: str) -> str:
+    return text.replace("−", "-")
+
+
+def _digits(g: tuple[str | None, ...]) -> Quantity:
+    sign, num, exp, pw, sup, caret, sup10, scale, pct, _decade, unit = g
+    assert num is not None
+    value = Decimal(num.replace(",", "").replace("\u2009", "").replace("\u202f", ""))
+    if exp is not None or pw is not None:  # m e p, m × 10^p
+        value = value.scaleb(int(_signed(exp or pw or "")), _EXACT)
+    elif sup is not None:  # m × 10 with a superscript power
+        value = value.scaleb(int(sup.translate(_SUPER)), _EXACT)
+    elif caret is not None:  # b^p
+        p = int(_signed(caret))
+        if num == "10":
+            value = Decimal(1).scaleb(p, _EXACT)
+        elif 0 <= p <= 16 and len(num) <= 16:
+            value = _EXACT.power(value, p)
+    elif sup10 is not None and num == "10":  # 10⁴; after any other number, a footnote
+        value = Decimal(1).scaleb(int(sup10.translate(_SUPER)), _EXACT)
+    if sign:
         value = _EXACT.minus(value)
+    return _finish(value, scale, pct, unit)
+
+
+def _words(g: tuple[str | None, ...]) -> list[Quantity]:
+    """The numbers of a run of number words: "twenty one" is 21, "two three" is 2 and 3."""
+    _, sign, run, scale, pct, unit = g
+    assert run is not None
+    values: list[int] = []
+    total = current = 0
+    room: int | None = None  # what can still be added to `current`; None: nothing started
+    for w in _WORD_SPLIT.split(run):
+        if w in ("a", "an", "and", ""):
+            continue
+        small = _SMALL.get(w)
+        if small is not None:
+            if room is not None and small >= room:
+                values.append(total + current)
+                total = current = 0
+            current += small
+            room = 10 if small >= 20 and room != 10 else 0
+        elif w == "hundred":
+            if room is not None and (current >= 100 or room == 100):
+                values.append(total + current)
+                total = current = 0
+            current = (current or 1) * 100
+            room = 100
+        elif w == "dozen":
+            current = (current or 1) * 12
+            room = 0
+        else:
+            scale_value = _WORD_SCALES[w]
+            total += (current or 1) * scale_value
+            current = 0
+            room = scale_value
+    values.append(total + current)
+    out: list[Quantity] = []
+    for k, v in enumerate(values):
+        value = Decimal(v)
+        if sign and k == 0:
+            value = _EXACT.minus(value)
+        last = k == len(values) - 1
+        out.append(_finish(value, scale if last else None, pct if last else None,
+                           unit if last else None))
+    return out
+
+
+def _finish(value: Decimal, scale: str | None, pct: str | None, unit: str | None) -> Quantity:
     if scale:
         value = _EXACT.multiply(value, _SCALES[scale.lower()])
     u = ""
@@ -193,12 +242,7 @@ def _quantity(negative: bool, groups: _Groups) -> Quantity:
         u = unit.lower()
         if u not in _UNITS:
             u = ""
-    q = (value.normalize(_EXACT), pct is not None, u)
-    if len(num) <= _MEMO_DIGITS:
-        if len(memo) >= _MAX_MEMO:
-            memo.clear()
-        memo[groups] = q
-    return q
+    return (value.normalize(_EXACT), pct is not None, u)
 
 
 def _found(q: Quantity, sources: list[SourceText]) -> bool:
