@@ -1,6 +1,8 @@
 from decimal import Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.checks.numbers import NumberMismatch, numbers_in
 from gateway.citations import CitationParser
@@ -129,3 +131,134 @@ def test_long_numbers_are_compared_exactly(source: str, text: str) -> None:
     assert CHECK.run(wrong, ctx).status is Status.FAIL
     right = claim(source.rstrip(".") + " [l:1].")
     assert CHECK.run(right, ctx).status is Status.PASS
+
+
+# -- numbers by value, in every written form (DESIGN §4) ---------------------------------------
+
+
+def _check(claim_text: str, chunk_text: str) -> CheckResult:
+    ctx = ContextSet()
+    ctx.add(Chunk("s:1", chunk_text))
+    return CHECK.run(claim(claim_text + " [s:1]."), ctx)
+
+
+@pytest.mark.parametrize(
+    ("text", "chunk"),
+    [
+        ("The band released six albums", "The band released 6 albums."),
+        ("The band released 6 albums", "The band released six albums."),
+        ("It has forty-two rooms", "It has 42 rooms."),
+        ("It has 42 rooms", "It has forty two rooms."),
+        ("It cost twelve million dollars", "It cost $12,000,000."),
+        ("It cost 3 million dollars", "It cost three million dollars."),
+        ("One hundred and five people came", "105 people came."),
+        ("A dozen eggs", "12 eggs were laid."),
+        ("Eighty percent agreed", "80% agreed."),
+        ("It holds 1.2×10^4 litres", "It holds 12,000 litres."),
+        ("It holds 1.2x10^4 litres", "It holds 12000 litres."),
+        ("It holds 1.2 × 10⁴ litres", "It holds 1.2e4 litres."),
+        ("It holds 10e3 litres", "It holds 10,000 litres."),
+        ("It holds 10⁴ litres", "It holds 10^4 litres."),
+        ("It weighs 0.001 kg", "It weighs 10^-3 kg."),
+        ("Agent 007 left", "Agent 7 left."),
+        ("Agent 7 left", "Agent 007 left."),
+        ("It began in the 1970s", "It began in the 1970 's."),
+        ("It began in the 1970 's", "It began in the 1970s."),
+        ("It serves 1\u202f200 homes", "It serves 1,200 homes."),
+        ("According to [1], it serves 1,200 homes", "It serves 1,200 homes."),
+        ("It serves 1,200 homes [2] [^3]", "It serves 1,200 homes."),
+        ("One of the engineers agreed", "An engineer agreed."),
+        ("In 2019² it opened", "In 2019 it opened."),  # a footnote mark, not a square
+    ],
+)
+def test_equal_values_pass(text: str, chunk: str) -> None:
+    assert _check(text, chunk).status is Status.PASS
+
+
+@pytest.mark.parametrize(
+    ("text", "chunk"),
+    [
+        ("The band released seven albums", "The band released 6 albums."),
+        ("It has forty-two rooms", "It has 41 rooms."),
+        ("It has twenty one rooms", "It has 20 rooms and 1 hall."),
+        ("It cost twelve million dollars", "It cost $12,000."),
+        ("A dozen eggs", "10 eggs were laid."),
+        ("Seventy percent agreed", "80% agreed."),
+        ("It holds 1.2e5 litres", "It holds 1.2e4 litres."),
+        ("It holds 10⁷ litres", "It holds 10⁴ litres."),
+        ("It holds 1.2×10^9 litres", "It holds 1.2 litres."),
+        ("It weighs 10^-2 kg", "It weighs 10^-3 kg."),
+        ("Agent 008 left", "Agent 007 left."),
+        ("Two stations opened", "Both stations opened."),
+    ],
+)
+def test_different_values_fail(text: str, chunk: str) -> None:
+    assert _check(text, chunk).reason == "number_mismatch"
+
+
+def test_numbers_in_forms() -> None:
+    assert numbers_in("forty-two, 1.2e4 and 10⁴ [1]") == [
+        (Decimal(12000), False, ""),
+        (Decimal(10000), False, ""),
+        (Decimal(42), False, ""),
+    ]
+    assert numbers_in("two and three, twenty one, a million") == [
+        (Decimal(2), False, ""),
+        (Decimal(3), False, ""),
+        (Decimal(21), False, ""),
+        (Decimal(10**6), False, ""),
+    ]
+    assert numbers_in("someone often said one thing; thousands came") == []
+
+
+_ONES = ["", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+         "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+         "eighteen", "nineteen"]
+_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+
+
+def _in_words(n: int, sep: str) -> str:
+    """0 < n < 1,000,000 in English words."""
+    def below_thousand(k: int) -> str:
+        parts = []
+        if k >= 100:
+            parts.append(f"{_ONES[k // 100]} hundred")
+            k %= 100
+            if k:
+                parts.append("and")
+        if k >= 20:
+            parts.append(_TENS[k // 10] + (sep + _ONES[k % 10] if k % 10 else ""))
+        elif k:
+            parts.append(_ONES[k])
+        return " ".join(parts)
+
+    if n >= 1000:
+        rest = below_thousand(n % 1000)
+        return f"{below_thousand(n // 1000)} thousand" + (f" {rest}" if rest else "")
+    return below_thousand(n)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(2, 999_999),
+    st.sampled_from(["-", " "]),
+    st.sampled_from(["{:d}", "{:,d}", "00{:d}", "{}e0", "{}×10^0"]),
+    st.booleans(),
+)
+def test_a_number_in_words_equals_its_digits(n: int, sep: str, fmt: str, flip: bool) -> None:
+    words = _in_words(n, sep)
+    digits = fmt.format(n)
+    a, b = (words, digits) if flip else (digits, words)
+    assert _check(f"The count was {a} in total", f"The count was {b} in total.").status is (
+        Status.PASS
+    ), (a, b)
+    assert _check(f"The count was {a} in total", f"The count was {n + 1} in total.").reason == (
+        "number_mismatch"
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=80))
+def test_numbers_in_never_raises(text: str) -> None:
+    for v, _, _ in numbers_in(text):
+        assert v.is_finite()
