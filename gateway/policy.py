@@ -242,6 +242,16 @@ DEFAULT_EXEMPT = [
     r"(?:[ ,]+(?:that|this|it|the|an?|answer|any|information|about|on|to|for|your|my"
     r"|question|in|from|provided|given|available|context|sources?|documents?|passages?"
     r"|here|based))*\s*[.!]?",
+    # A refusal with a short topic ("I cannot answer questions about other employees'
+    # salaries."): up to eight words of letters, none a clause word, verb or number word,
+    # so "I can't help with that, but X" or "… the 42 reactors" stays a claim.
+    r"(?i)i (?:cannot|can't|can’t|won't|won’t|am unable to|am not able to) "
+    r"(?:answer|help with|provide|discuss|share|disclose|assist with)(?: that| this| it)?"
+    r"(?: (?!(?:but|because|since|although|though|which|that|who|whose|as|while|so|however"
+    r"|yet|and|or|nor|is|are|was|were|be|been|has|have|had|does|did|will|would|can|could"
+    r"|zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\w+teen|\w+ty"
+    r"|hundred|thousand|million|billion|trillion|dozen)\b)"
+    r"[^\W\d_]+(?:['’-][^\W\d_]*)?){0,8}\s*[.!]?",
 ]
 
 

@@ -240,3 +240,20 @@ def test_a_bracket_group_longer_than_max_group_is_prose() -> None:
     assert segment(f"Foo [{body}].", PARSER)[0].citations == ()
     short = "a:" + "b" * (MAX_GROUP - 2)
     assert [c.id for c in segment(f"Foo [{short}].", PARSER)[0].citations] == [short]
+
+
+@pytest.mark.parametrize(
+    ("text", "exempt"),
+    [
+        ("I cannot answer questions about other employees' salaries.", True),
+        ("I can't help with that.", True),
+        ("I can't help with that, but the base has 42 reactors.", False),
+        ("I cannot answer questions about the 42 reactors.", False),
+        ("I cannot answer questions about the forty reactors.", False),
+        ("I cannot discuss why the base was closed because it leaked radiation.", False),
+        ("I cannot discuss the base which leaked radiation.", False),
+        ("I cannot answer questions about the base and its leaking reactors today.", False),
+    ],
+)
+def test_a_refusal_with_a_short_topic_is_exempt(text: str, exempt: bool) -> None:
+    assert [s.exempt for s in segment(text, PARSER, EXEMPT)] == [exempt]
