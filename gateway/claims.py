@@ -110,6 +110,8 @@ _GROUP = re.compile(rf"\[([^\[\]\n]{{0,{MAX_GROUP}}})\](\()?")
 # What new text can let a waiting segmenter decide more.
 _WAKE_LINE = re.compile(r"\n")
 _WAKE_CUT = re.compile(r"[ \t\n\]]")
+_WAKE_TERM = re.compile(r"[.!?…\n]")
+_TERM_CHAR = re.compile(r"[.!?…]")
 
 # Lowercased words that a single "." after them does not end a sentence.
 _ABBREVIATIONS_WORDS = """
@@ -411,7 +413,12 @@ class ClaimSegmenter:
                 self._after = False
                 if not c.islower():
                     self._close(out)
-        self._wake = _WAKE_CUT
+            if self._after:
+                self._wake = _WAKE_CUT
+                return
+        # Inside a sentence only a terminator can end it (or a line end): until the text
+        # after the cut holds a terminator character, nothing else is worth a look.
+        self._wake = _WAKE_CUT if _TERM_CHAR.search(buf, pos, n) else _WAKE_TERM
 
     def _walk(self, lo: int, hi: int, eol: bool, out: list[Segment]) -> None:
         """Markers, terminators and plain-text runs of buf[lo:hi], which is a whole line's
