@@ -21,8 +21,7 @@ Rules (DESIGN §4):
 * A sentence ends at ``.``, ``!``, ``?`` or ``…`` (plus closing quotes / parentheses) followed
   by whitespace, unless the next text starts with a lowercase letter or the word before a single
   ``.`` is an abbreviation (``e.g.``, ``Dr.``, ``Sec.``), an initial (``J.``) or dotted initials
-  (``U.S.``). A ``.`` not followed by whitespace (``3.1``, ``v2.1.3``) never ends one. Words are
-  split at spaces and tabs.
+  (``U.S.``). A ``.`` not followed by whitespace (``3.1``, ``v2.1.3``) never ends one.
 * Citation markers after the terminator (``Foo is 3. [a:1]``), up to the next non-space,
   non-citation text, belong to the sentence. A bracket group longer than `MAX_GROUP`
   characters is prose, never a marker.
@@ -125,7 +124,7 @@ ABBREVIATIONS = frozenset(_ABBREVIATIONS_WORDS.split())
 # so even `_LEADING_PUNCT` stripped from it leaves it too long, and (no "." before its last
 # letter) not dotted initials either.
 _LONG_WORD_LEN = max(map(len, ABBREVIATIONS)) + 1
-_LONG_WORD = re.compile(rf"[^ \t{re.escape(_LEADING_PUNCT)}]{{{_LONG_WORD_LEN}}}")
+_LONG_WORD = re.compile(rf"[^\s{re.escape(_LEADING_PUNCT)}]{{{_LONG_WORD_LEN}}}")
 
 # Kinds of the current line.
 _UNDECIDED, _TEXT, _SKIP, _CODE, _HEAD = 0, 1, 2, 3, 4
@@ -150,7 +149,9 @@ class ClaimSegmenter:
         "_kind",
         "_kw",
         "_ls",
+        "_mall",
         "_marks",
+        "_mi",
         "_nscan",
         "_parser",
         "_parts",
@@ -197,6 +198,10 @@ class ClaimSegmenter:
         self._words = False
         self._after = False
         self._parts: list[str] = []
+        # `whole`: every marker of the text (offsets in `_buf`, which is never trimmed then),
+        # and the first one no walk has passed yet.
+        self._mall: list[Marker] | None = None
+        self._mi = 0
 
     # -- the interface -----------------------------------------------------------------------
 
@@ -233,6 +238,11 @@ class ClaimSegmenter:
         out: list[Segment] = []
         if text:
             seg._pend.append(text)
+            if not self._regex and "[" in text:
+                # Every line is complete and a marker never spans one: find them all at once.
+                seg._buf = text
+                seg._pend.clear()
+                seg._mall = seg._markers(0, len(text))
         seg._advance(True, out)
         seg._close(out)
         return out
@@ -424,10 +434,21 @@ class ClaimSegmenter:
         """Markers, terminators and plain-text runs of buf[lo:hi], which is a whole line's
         rest (`eol`) or ends after a space or tab with no marker across its end."""
         text, bb = self._buf, self._bb
-        markers = self._markers(lo, hi) if text.find("[", lo, hi) >= 0 or self._regex else []
-        nm = len(markers)
-        mi = 0
-        ms, me, mc = markers[0] if nm else (hi, hi, ())
+        mall = self._mall
+        if mall is not None:  # a whole text's markers, found up front: skip those before lo
+            markers = mall
+            mi = self._mi
+            while mi < len(mall) and mall[mi][0] < lo:
+                mi += 1
+            nm = mi
+            while nm < len(mall) and mall[nm][0] < hi:
+                nm += 1
+            self._mi = nm
+        else:
+            markers = self._markers(lo, hi) if text.find("[", lo, hi) >= 0 or self._regex else []
+            nm = len(markers)
+            mi = 0
+        ms, me, mc = markers[mi] if mi < nm else (hi, hi, ())
         start = self._start - bb if self._start != _NO else _NO
         end = self._end - bb
         cits, marks = self._cits, self._marks
@@ -564,7 +585,11 @@ def _abbreviated(text: str, lo: int, ts: int) -> bool:
     """Whether the word from `lo` on before the "." at `ts` is an abbreviation or initials."""
     ws = text.rfind(" ", lo, ts)
     tab = text.rfind("\t", lo, ts)
-    word = text[max(ws, tab, lo - 1) + 1 : ts].lstrip(_LEADING_PUNCT)
+    word = text[max(ws, tab, lo - 1) + 1 : ts]
+    if not word.isprintable():  # other whitespace splits words too ("\r", "\u00a0")
+        parts = word.split()
+        word = parts[-1] if parts and not word[-1].isspace() else ""
+    word = word.lstrip(_LEADING_PUNCT)
     return word.lower() in ABBREVIATIONS or bool(_DOTTED_INITIALS.match(word))
 
 

@@ -108,7 +108,7 @@ def test_value_memo_is_bounded_and_keeps_no_long_numbers() -> None:
     assert len(numbers._MEMO) <= numbers._MAX_MEMO
     long = "9" * 100
     assert numbers_in(f"about {long} items") == [(Decimal(long), False, "")]
-    assert all(len(g[1] or "") <= numbers._MEMO_DIGITS for g in numbers._MEMO)
+    assert all(len(key) <= numbers._MEMO_DIGITS for key in numbers._MEMO)
 
 
 @pytest.mark.parametrize(

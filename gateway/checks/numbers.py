@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal
+from typing import Any
 
 from gateway.checks.base import ClaimFacts, FactsCheck, SourceText
 from gateway.types import CheckResult
@@ -62,21 +63,36 @@ _TAIL = (
     r"|(?P<decade>(?<=\d\d\d\d)(?:\s?['’]s|s)\b)"
     r"|\s?(?P<unit>°[CF]|[A-Za-z]{1,3}\b))?"
 )
-_NUMBER = re.compile(
-    r"(?<![\w.,])"
-    r"(?P<sign>(?<![^\s(\[{])[-−–])?"
-    r"(?P<cur>[$€£¥])?\s?"
-    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:[\u2009\u202f]\d{3})+(?:\.\d+)?"
-    r"|\d+(?:\.\d+)?|\.\d+)"
+# A number from its first digit on (a search skips to a digit in C); what may stand before it
+# (a sign, a currency symbol, a space, a "." of ".5") is read by `_number_at`.
+_NUMBER_PATTERN = (
+    r"(?P<num>\d(?:\d{{0,2}}(?:,\d{{3}})+(?:\.\d+)?|\d{{0,2}}(?:[\u2009\u202f]\d{{3}})+(?:\.\d+)?"
+    r"|\d*(?:\.\d+)?))"
+    r"{power}"
+    r"(?!\d|[⁰¹²³⁴⁵⁶⁷⁸⁹])" + _TAIL.replace("{", "{{").replace("}", "}}")
+)
+_POWER = (
     r"(?:[eE](?P<exp>[-+−]?\d{1,4})(?!\w)"
-    r"|\s?[×x✕⨉*·]\s?10(?:\^|\*\*)\(?(?P<pow>[-+−]?\d{1,4})\)?"
-    r"|\s?[×x✕⨉*·]\s?10(?P<sup>[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]{1,4})"
+    r"|\s?[×x✕⨉*·]\s?10(?:(?:\^|\*\*)\(?(?P<pow>[-+−]?\d{1,4})\)?"
+    r"|(?P<sup>[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]{1,4}))"
     r"|\^\(?(?P<caret>[-+−]?\d{1,4})\)?"
     r"|(?P<sup10>[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]{1,4})"
     r")?"
-    r"(?![\d⁰¹²³⁴⁵⁶⁷⁸⁹])" + _TAIL,
+)
+_NUMBER = re.compile(_NUMBER_PATTERN.format(power=_POWER), re.DOTALL)
+# The same without powers, for the usual text where no digit is followed by what starts one
+# (`_POWER_HINT`): it finds the same numbers, quicker.
+_PLAIN_NUMBER = re.compile(
+    _NUMBER_PATTERN.format(
+        power="(?:(?!)(?P<exp>)(?P<pow>)(?P<sup>)(?P<caret>)(?P<sup10>))?"  # groups: None
+    ),
     re.DOTALL,
 )
+_PLAIN_ASCII = re.compile(_PLAIN_NUMBER.pattern.replace(r"\d", "[0-9]"), re.DOTALL)  # = \d
+_SIGNS_NEAR = re.compile(r"[-−–]")
+_POWER_HINT = re.compile(r"\d\s?[eE×x✕⨉*·^⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺]")
+_CURRENCY = "$€£¥"
+_SIGNS = "-−–"
 
 _SMALL = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
@@ -93,19 +109,25 @@ _BIG = "hundred|thousand|million|billion|trillion"
 # A run of number words ("forty-two", "one hundred and five", "a dozen"): it starts with a
 # number below a hundred, or "a"/"an" and a scale word ("3 million" is read as digits, so a
 # scale word alone is not a number); "and" only after a scale word.
+# Matched against the lowercased text.
 _WORDS = re.compile(
     rf"(?<![\w-])(?P<sign>(?<![^\s(\[{{])(?:minus|negative)\s+)?"
     rf"(?P<words>(?:(?:an?\s+)(?:{_BIG}|dozen)|{_S})"
     rf"(?:(?:\s*-\s*|\s+|(?:(?<=hundred)|(?<=thousand)|(?<=million)|(?<=billion)"
     rf"|(?<=trillion))\s+and\s+)(?:{_W}))*)"
     rf"(?![\w-])" + _TAIL,
-    re.IGNORECASE,
 )
 _WORD_SPLIT = re.compile(r"[\s-]+")
 # "[1]", "[2, 3]", "[4-6]", "[^7]": citation numbers, whatever the policy's format.
 _BARE_CITATION = re.compile(r"\[\^?\d+(?:\s*[,–-]\s*\^?\d+)*\]")
 _DIGIT = re.compile(r"\d")
-_WORD_HINT = re.compile(rf"(?i:{_S}|dozen|a hundred|an? (?:{_BIG}))")
+_LETTERS = re.compile(r"[a-z]+")
+_ASCII_LETTERS = bytes.maketrans(
+    bytes(range(128)),
+    bytes(c + 32 if 65 <= c <= 90 else c if 97 <= c <= 122 else 32 for c in range(128)),
+)
+_NUMBER_WORDS = frozenset([*_SMALL, "dozen", "hundred", "thousand", "million", "billion",
+                           "trillion"])
 
 # (value, is_percent, unit or "")
 Quantity = tuple[Decimal, bool, str]
@@ -115,7 +137,7 @@ _EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 # The value of a match from its groups, memoised (the same few numbers recur). Bounded: a
 # full memo starts again, and a number of more than `_MEMO_DIGITS` characters is not kept.
-_MEMO: dict[tuple[str | None, ...], Quantity] = {}
+_MEMO: dict[str, Quantity] = {}
 _MAX_MEMO = 4096
 _MEMO_DIGITS = 40
 
@@ -123,24 +145,23 @@ _MEMO_DIGITS = 40
 def numbers_in(text: str) -> list[Quantity]:
     """The numbers of `text`: those written with digits, in order, then those in words."""
     digits = _DIGIT.search(text) is not None
-    words = _WORD_HINT.search(text) is not None
+    ascii_text = text.isascii()
+    if ascii_text:  # letters lowercased, everything else a space, in C
+        words = not _NUMBER_WORDS.isdisjoint(
+            text.encode().translate(_ASCII_LETTERS).decode().split()
+        )
+    else:
+        words = not _NUMBER_WORDS.isdisjoint(_LETTERS.findall(text.lower()))
     if not (digits or words):
         return []
     if "[" in text:
         text = _BARE_CITATION.sub(" ", text)
     out: list[Quantity] = []
-    memo = _MEMO
     if digits:
-        for m in _NUMBER.finditer(text):
-            g = m.group("sign", "num", "exp", "pow", "sup", "caret", "sup10", "scale", "pct",
-                        "decade", "unit")
-            q = memo.get(g)
-            if q is None:
-                q = _remember(g, _digits(g))
-            out.append(q)
+        out.extend(_digit_numbers(text, ascii_text))
     if words:
-        for m in _WORDS.finditer(text):
-            run = m.group("words").lower()
+        for m in _WORDS.finditer(text.lower()):
+            run = m.group("words")
             if run == "one":
                 continue  # a pronoun as often as a number
             g = ("w", m.group("sign"), run, m.group("scale"), m.group("pct"), m.group("unit"))
@@ -155,14 +176,74 @@ def numbers_in(text: str) -> list[Quantity]:
     return out
 
 
+def _digit_numbers(text: str, ascii_text: bool) -> list[Quantity]:
+    """The numbers written with digits, in order."""
+    out: list[Quantity] = []
+    memo = _MEMO
+    if _POWER_HINT.search(text) is not None:
+        pattern = _NUMBER
+    else:
+        pattern = _PLAIN_ASCII if ascii_text else _PLAIN_NUMBER
+    # Only a sign or a "." before a digit run changes its value (a currency symbol or a
+    # space does not); without either near, the run is read as it stands.
+    signed = "-" in text or "−" in text or "–" in text
+    for m in pattern.finditer(text):
+        d = m.start()
+        negative = False
+        if d:
+            before = text[d - 1]
+            if before.isalnum() or before == "_" or before == ",":
+                continue  # inside a word or a number ("A4", "v2.1.3")
+            if before == "." or (signed and _SIGNS_NEAR.search(text, max(d - 4, 0), d)):
+                lead, negative = _number_at(text, d)
+                if lead is None:
+                    continue
+                if lead:
+                    g = m.groups()
+                    led = _digits((lead + g[0], *g[1:]))
+                    out.append(_negate(led) if negative else led)
+                    continue
+        key = m.group()  # the value depends on the matched text only
+        q = memo.get(key)
+        if q is None:
+            q = _remember(key, _digits(m.groups()))
+        out.append(_negate(q) if negative else q)
+    return out
+
+
+def _number_at(text: str, d: int) -> tuple[str | None, bool]:
+    """What stands before the digit run at `d`: None when it is part of something else (the
+    ".3" of "2.1.3"), else "." for ".5" or "", and whether a sign makes it negative. A sign
+    counts at a word start, before an optional currency symbol and one space."""
+    lead = ""
+    j = d
+    if text[j - 1] == ".":
+        if j >= 2 and (text[j - 2].isalnum() or text[j - 2] in "_.,"):
+            return None, False
+        lead = "."
+        j -= 1
+    if j and text[j - 1].isspace():
+        j -= 1
+    if j and text[j - 1] in _CURRENCY:
+        j -= 1
+    negative = bool(j) and text[j - 1] in _SIGNS and (
+        j == 1 or text[j - 2].isspace() or text[j - 2] in "([{"
+    )
+    return lead, negative
+
+
+def _negate(q: Quantity) -> Quantity:
+    return (_EXACT.minus(q[0]), q[1], q[2])
+
+
 _WORD_MEMO: dict[tuple[str | None, ...], list[Quantity]] = {}
 
 
-def _remember(g: tuple[str | None, ...], q: Quantity) -> Quantity:
-    if sum(len(x) for x in g if x) <= _MEMO_DIGITS:
+def _remember(key: str, q: Quantity) -> Quantity:
+    if len(key) <= _MEMO_DIGITS:
         if len(_MEMO) >= _MAX_MEMO:
             _MEMO.clear()
-        _MEMO[g] = q
+        _MEMO[key] = q
     return q
 
 
@@ -170,8 +251,9 @@ def _signed(text: str) -> str:
     return text.replace("−", "-")
 
 
-def _digits(g: tuple[str | None, ...]) -> Quantity:
-    sign, num, exp, pw, sup, caret, sup10, scale, pct, _decade, unit = g
+def _digits(g: tuple[str | Any, ...]) -> Quantity:
+    """The value of a `_NUMBER` match from its groups."""
+    num, exp, pw, sup, caret, sup10, scale, pct, _decade, unit = g
     assert num is not None
     value = Decimal(num.replace(",", "").replace("\u2009", "").replace("\u202f", ""))
     if exp is not None or pw is not None:  # m e p, m × 10^p
@@ -186,8 +268,6 @@ def _digits(g: tuple[str | None, ...]) -> Quantity:
             value = _EXACT.power(value, p)
     elif sup10 is not None and num == "10":  # 10⁴; after any other number, a footnote
         value = Decimal(1).scaleb(int(sup10.translate(_SUPER)), _EXACT)
-    if sign:
-        value = _EXACT.minus(value)
     return _finish(value, scale, pct, unit)
 
 
