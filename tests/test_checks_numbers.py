@@ -262,3 +262,22 @@ def test_a_number_in_words_equals_its_digits(n: int, sep: str, fmt: str, flip: b
 def test_numbers_in_never_raises(text: str) -> None:
     for v, _, _ in numbers_in(text):
         assert v.is_finite()
+
+
+_NUMBERISH = st.lists(
+    st.sampled_from(
+        [*"0123456789.,-$€ %kWhmsx×*^e()[{\t\n_v²⁴⁻", "1 200", "٣", "°C", "per cent", "bn",
+         "1970s", "1970 's", " 10^4", "1.2e4", "10⁴", "×10^3", "é", "[1]", "[^2]", "million"]
+    ),
+    max_size=16,
+).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_NUMBERISH)
+def test_the_quick_scan_equals_the_full_scan(text: str) -> None:
+    # Text without a sign, a "." before a digit or a power is read by one `findall`; it must
+    # read what the match-by-match scan reads.
+    from gateway.checks import numbers
+
+    assert numbers._digit_numbers(text, text.isascii()) == numbers._scan(text)

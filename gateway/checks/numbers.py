@@ -65,32 +65,35 @@ _TAIL = (
 )
 # A number from its first digit on (a search skips to a digit in C); what may stand before it
 # (a sign, a currency symbol, a space, a "." of ".5") is read by `_number_at`.
-_NUMBER_PATTERN = (
-    r"(?P<num>\d(?:\d{{0,2}}(?:,\d{{3}})+(?:\.\d+)?|\d{{0,2}}(?:[\u2009\u202f]\d{{3}})+(?:\.\d+)?"
-    r"|\d*(?:\.\d+)?))"
-    r"{power}"
-    r"(?!\d|[⁰¹²³⁴⁵⁶⁷⁸⁹])" + _TAIL.replace("{", "{{").replace("}", "}}")
-)
-_POWER = (
-    r"(?:[eE](?P<exp>[-+−]?\d{1,4})(?!\w)"
+_POWER = (  # the lookahead fails quickly after the usual number
+    r"(?:(?=[\seE×x✕⨉*·^⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺])(?:[eE](?P<exp>[-+−]?\d{1,4})(?!\w)"
     r"|\s?[×x✕⨉*·]\s?10(?:(?:\^|\*\*)\(?(?P<pow>[-+−]?\d{1,4})\)?"
     r"|(?P<sup>[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]{1,4}))"
     r"|\^\(?(?P<caret>[-+−]?\d{1,4})\)?"
     r"|(?P<sup10>[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]{1,4})"
-    r")?"
+    r"))?"
 )
-_NUMBER = re.compile(_NUMBER_PATTERN.format(power=_POWER), re.DOTALL)
-# The same without powers, for the usual text where no digit is followed by what starts one
-# (`_POWER_HINT`): it finds the same numbers, quicker.
-_PLAIN_NUMBER = re.compile(
-    _NUMBER_PATTERN.format(
-        power="(?:(?!)(?P<exp>)(?P<pow>)(?P<sup>)(?P<caret>)(?P<sup10>))?"  # groups: None
-    ),
+_NUMBER_PATTERN = (
+    r"(?P<num>\d{pre}(?:\d{{0,2}}(?:,\d{{3}})+(?:\.\d+)?"
+    r"|\d{{0,2}}(?:[\u2009\u202f]\d{{3}})+(?:\.\d+)?|\d*(?:\.\d+)?))"
+    + (_POWER + r"(?!\d|[⁰¹²³⁴⁵⁶⁷⁸⁹])" + _TAIL).replace("{", "{{").replace("}", "}}")
+)
+_NUMBER = re.compile(_NUMBER_PATTERN.format(pre=""), re.DOTALL)
+# The same without powers and with `pre`, the character before the first digit (a
+# lookbehind: it consumes nothing), for `findall` on text where that character alone decides
+# (`_digit_numbers`); and with [0-9] for ASCII text, where it is the same as \d and quicker.
+_FAST = re.compile(
+    _NUMBER_PATTERN.replace(
+        _POWER.replace("{", "{{").replace("}", "}}"),
+        # What may begin a power after the number: then `_scan` reads the text instead.
+        r"(?:(?=(?P<power>[eE×x✕⨉*·^⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺]|\s[×x✕⨉*·])))?",
+    )
+    .replace("(?!\\d|[⁰¹²³⁴⁵⁶⁷⁸⁹])", "(?!\\d)")  # a superscript after it is a power
+    .format(pre=r"(?:(?<=(?P<pre>.)\d))?"),
     re.DOTALL,
 )
-_PLAIN_ASCII = re.compile(_PLAIN_NUMBER.pattern.replace(r"\d", "[0-9]"), re.DOTALL)  # = \d
+_FAST_ASCII = re.compile(_FAST.pattern.replace(r"\d", "[0-9]"), re.DOTALL)
 _SIGNS_NEAR = re.compile(r"[-−–]")
-_POWER_HINT = re.compile(r"\d\s?[eE×x✕⨉*·^⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺]")
 _CURRENCY = "$€£¥"
 _SIGNS = "-−–"
 
@@ -138,6 +141,7 @@ _EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
 # The value of a match from its groups, memoised (the same few numbers recur). Bounded: a
 # full memo starts again, and a number of more than `_MEMO_DIGITS` characters is not kept.
 _MEMO: dict[str, Quantity] = {}
+_FAST_MEMO: dict[tuple[str, ...], Quantity] = {}
 _MAX_MEMO = 4096
 _MEMO_DIGITS = 40
 
@@ -177,24 +181,47 @@ def numbers_in(text: str) -> list[Quantity]:
 
 
 def _digit_numbers(text: str, ascii_text: bool) -> list[Quantity]:
-    """The numbers written with digits, in order."""
+    """The numbers written with digits, in order. Only a sign or a "." before a digit run
+    changes its value (a currency symbol or a space does not): in text without a sign, where
+    no "." stands before a run, the character before each run decides it (one `findall`)."""
+    if "-" in text or "−" in text or "–" in text:
+        return _scan(text)
+    out: list[Quantity] = []
+    memo = _FAST_MEMO
+    for g in (_FAST_ASCII if ascii_text else _FAST).findall(text):
+        pre = g[1]
+        if pre and pre != " ":
+            if pre.isalnum() or pre == "_" or pre == ",":
+                continue  # inside a word or a number ("A4")
+            if pre == ".":
+                return _scan(text)
+        if g[2]:
+            return _scan(text)  # a power may follow
+        q = memo.get(g)
+        if q is None:
+            num, _, _, scale, pct, decade, unit = g
+            q = _digits((num, None, None, None, None, None, scale or None, pct or None,
+                         decade or None, unit or None))
+            if len(g[0]) <= _MEMO_DIGITS:
+                if len(memo) >= _MAX_MEMO:
+                    memo.clear()
+                memo[g] = q
+        out.append(q)
+    return out
+
+
+def _scan(text: str) -> list[Quantity]:
+    """`_digit_numbers` for any text: each match's start is read by `_number_at`."""
     out: list[Quantity] = []
     memo = _MEMO
-    if _POWER_HINT.search(text) is not None:
-        pattern = _NUMBER
-    else:
-        pattern = _PLAIN_ASCII if ascii_text else _PLAIN_NUMBER
-    # Only a sign or a "." before a digit run changes its value (a currency symbol or a
-    # space does not); without either near, the run is read as it stands.
-    signed = "-" in text or "−" in text or "–" in text
-    for m in pattern.finditer(text):
+    for m in _NUMBER.finditer(text):
         d = m.start()
         negative = False
         if d:
             before = text[d - 1]
             if before.isalnum() or before == "_" or before == ",":
                 continue  # inside a word or a number ("A4", "v2.1.3")
-            if before == "." or (signed and _SIGNS_NEAR.search(text, max(d - 4, 0), d)):
+            if before == "." or _SIGNS_NEAR.search(text, max(d - 4, 0), d):
                 lead, negative = _number_at(text, d)
                 if lead is None:
                     continue
