@@ -144,6 +144,7 @@ class ClaimSegmenter:
         "_end",
         "_exempt",
         "_fence",
+        "_fullmatch",
         "_kd",
         "_kf",
         "_kind",
@@ -175,6 +176,7 @@ class ClaimSegmenter:
         self._parser = parser
         self._regex = parser.format == "regex"
         self._exempt = [re.compile(p) if isinstance(p, str) else p for p in exempt]
+        self._fullmatch = [p.fullmatch for p in self._exempt]
         self._title = title_words
         self._code = code
         self._buf = ""  # text from absolute offset `_bb` on that may still be read
@@ -567,12 +569,16 @@ class ClaimSegmenter:
                 exempt = False
                 if self._exempt:
                     marks = self._marks
-                    if len(marks) == 1:
+                    if len(marks) == 1:  # the usual claim: `exempt_match`, inlined
                         s, e = marks[0]
-                        rel = [(s - start, e - start)]
+                        bare = (text[: s - start].rstrip() + text[e - start :]).strip()
+                        for fullmatch in self._fullmatch:
+                            if fullmatch(bare) is not None:
+                                exempt = True
+                                break
                     else:
                         rel = [(s - start, e - start) for s, e in marks]
-                    exempt = exempt_match(text, rel, self._exempt)
+                        exempt = exempt_match(text, rel, self._exempt)
                 out.append(Segment(start, end, text, cits, exempt))
             self._start = self._end = _NO
             self._cits = []

@@ -235,23 +235,23 @@ class ContextSpec(_Model):
 # Matched against the whole claim (`re.fullmatch`, citation markers removed): an abstention
 # followed by anything that is not one of these few words ("I don't know, but X.") is a claim.
 DEFAULT_EXEMPT = [
-    r"(?i)(?:i (?:do not|don't|don’t|cannot|can't|can’t) (?:know|say|find|answer|tell)"
+    r"(?i)(?:(?:i (?:do not|don't|don’t|cannot|can't|can’t) (?:know|say|find|answer|tell)"
     r"|i'?m not sure|i am not sure|i’m not sure|there is no (?:answer|information)"
     r"|the (?:provided )?(?:context|sources?|documents?|passages?) (?:do|does) not "
     r"(?:contain|say|mention|answer|cover|include))"
     r"(?:[ ,]+(?:that|this|it|the|an?|answer|any|information|about|on|to|for|your|my"
     r"|question|in|from|provided|given|available|context|sources?|documents?|passages?"
-    r"|here|based))*\s*[.!]?",
-    # A refusal with a short topic ("I cannot answer questions about other employees'
+    r"|here|based))*"
+    # Or a refusal with a short topic ("I cannot answer questions about other employees'
     # salaries."): up to eight words of letters, none a clause word, verb or number word,
     # so "I can't help with that, but X" or "… the 42 reactors" stays a claim.
-    r"(?i)i (?:cannot|can't|can’t|won't|won’t|am unable to|am not able to) "
+    r"|i (?:cannot|can't|can’t|won't|won’t|am unable to|am not able to) "
     r"(?:answer|help with|provide|discuss|share|disclose|assist with)(?: that| this| it)?"
     r"(?: (?!(?:but|because|since|although|though|which|that|who|whose|as|while|so|however"
     r"|yet|and|or|nor|is|are|was|were|be|been|has|have|had|does|did|will|would|can|could"
     r"|zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\w+teen|\w+ty"
     r"|hundred|thousand|million|billion|trillion|dozen)\b)"
-    r"[^\W\d_]+(?:['’-][^\W\d_]*)?){0,8}\s*[.!]?",
+    r"[^\W\d_]+(?:['’-][^\W\d_]*)?){0,8})\s*[.!]?",
 ]
 
 
