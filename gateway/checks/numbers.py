@@ -58,10 +58,9 @@ _SCALE_WORDS = r"hundred|thousand|million|billion|trillion|mn|bn|dozen"
 # What may follow a number (digits or words): a scale word, then percent, a decade's "s" or
 # a unit.
 _TAIL = (
-    rf"(?:\s?(?P<scale>{_SCALE_WORDS})\b)?"
-    r"(?:\s?(?P<pct>%|percent\b|per\s?cent\b)"
-    r"|(?P<decade>(?<=\d\d\d\d)(?:\s?['’]s|s)\b)"
-    r"|\s?(?P<unit>°[CF]|[A-Za-z]{1,3}\b))?"
+    rf"(?:\s?+(?P<scale>{_SCALE_WORDS})\b)?"
+    r"(?:(?P<decade>(?<=\d\d\d\d)(?:\s?['’]s|s)\b)"
+    r"|\s?+(?:(?P<pct>%|percent\b|per\s?cent\b)|(?P<unit>°[CF]|[A-Za-z]{1,3}\b)))?"
 )
 # A number from its first digit on (a search skips to a digit in C); what may stand before it
 # (a sign, a currency symbol, a space, a "." of ".5") is read by `_number_at`.
@@ -74,8 +73,8 @@ _POWER = (  # the lookahead fails quickly after the usual number
     r"))?"
 )
 _NUMBER_PATTERN = (
-    r"(?P<num>\d{pre}(?:\d{{0,2}}(?:,\d{{3}})+(?:\.\d+)?"
-    r"|\d{{0,2}}(?:[\u2009\u202f]\d{{3}})+(?:\.\d+)?|\d*(?:\.\d+)?))"
+    r"(?P<num>\d{pre}(?:\d{{0,2}}(?:(?:,\d{{3}})+|(?:[\u2009\u202f]\d{{3}})+)(?:\.\d+)?"
+    r"|\d*(?:\.\d+)?))"
     + (_POWER + r"(?!\d|[⁰¹²³⁴⁵⁶⁷⁸⁹])" + _TAIL).replace("{", "{{").replace("}", "}}")
 )
 _NUMBER = re.compile(_NUMBER_PATTERN.format(pre=""), re.DOTALL)
@@ -189,19 +188,19 @@ def _digit_numbers(text: str, ascii_text: bool) -> list[Quantity]:
     out: list[Quantity] = []
     memo = _FAST_MEMO
     for g in (_FAST_ASCII if ascii_text else _FAST).findall(text):
+        if g[2]:
+            return _scan(text)  # a power may follow (read, even inside a word, by `_scan`)
         pre = g[1]
         if pre and pre != " ":
             if pre.isalnum() or pre == "_" or pre == ",":
                 continue  # inside a word or a number ("A4")
             if pre == ".":
                 return _scan(text)
-        if g[2]:
-            return _scan(text)  # a power may follow
         q = memo.get(g)
         if q is None:
-            num, _, _, scale, pct, decade, unit = g
-            q = _digits((num, None, None, None, None, None, scale or None, pct or None,
-                         decade or None, unit or None))
+            num, _, _, scale, decade, pct, unit = g
+            q = _digits((num, None, None, None, None, None, scale or None, decade or None,
+                         pct or None, unit or None))
             if len(g[0]) <= _MEMO_DIGITS:
                 if len(memo) >= _MAX_MEMO:
                     memo.clear()
@@ -227,7 +226,13 @@ def _scan(text: str) -> list[Quantity]:
                     continue
                 if lead:
                     g = m.groups()
-                    led = _digits((lead + g[0], *g[1:]))
+                    num = g[0]
+                    if "." in num or "," in num:  # ".1.2": the number is ".1"
+                        digits = re.match(r"\d+", num)
+                        assert digits is not None
+                        out.append(_finish(Decimal("." + digits.group()), None, None, None))
+                        continue
+                    led = _digits((lead + num, *g[1:]))
                     out.append(_negate(led) if negative else led)
                     continue
         key = m.group()  # the value depends on the matched text only
@@ -280,7 +285,7 @@ def _signed(text: str) -> str:
 
 def _digits(g: tuple[str | Any, ...]) -> Quantity:
     """The value of a `_NUMBER` match from its groups."""
-    num, exp, pw, sup, caret, sup10, scale, pct, _decade, unit = g
+    num, exp, pw, sup, caret, sup10, scale, _decade, pct, unit = g
     assert num is not None
     value = Decimal(num.replace(",", "").replace("\u2009", "").replace("\u202f", ""))
     if exp is not None or pw is not None:  # m e p, m × 10^p
@@ -291,8 +296,10 @@ def _digits(g: tuple[str | Any, ...]) -> Quantity:
         p = int(_signed(caret))
         if num == "10":
             value = Decimal(1).scaleb(p, _EXACT)
-        elif 0 <= p <= 16 and len(num) <= 16:
+        elif 0 < p <= 16 and len(num) <= 16:
             value = _EXACT.power(value, p)
+        elif p == 0:
+            value = Decimal(1)
     elif sup10 is not None and num == "10":  # 10⁴; after any other number, a footnote
         value = Decimal(1).scaleb(int(sup10.translate(_SUPER)), _EXACT)
     return _finish(value, scale, pct, unit)
