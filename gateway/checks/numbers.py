@@ -55,12 +55,11 @@ _UNITS = frozenset(_UNITS_WORDS.split())
 _SUPERSCRIPTS = "⁰¹²³⁴⁵⁶⁷⁸⁹"
 _SUPER = str.maketrans(_SUPERSCRIPTS + "⁻⁺", "0123456789-+")
 _SCALE_WORDS = r"hundred|thousand|million|billion|trillion|mn|bn|dozen"
-# What may follow a number (digits or words): a scale word, then percent, a decade's "s" or
-# a unit.
+# What may follow a number (digits or words): a scale word, then percent or a unit (an "s"
+# after a year is a decade, see `_digits`; "1970's" has none).
 _TAIL = (
     rf"(?:\s?+(?P<scale>{_SCALE_WORDS})\b)?"
-    r"(?:(?P<decade>(?<=\d\d\d\d)(?:\s?['’]s|s)\b)"
-    r"|\s?+(?:(?P<pct>%|percent\b|per\s?cent\b)|(?P<unit>°[CF]|[A-Za-z]{1,3}\b)))?"
+    r"(?:\s?+(?:(?P<pct>%|percent\b|per\s?cent\b)|(?P<unit>°[CF]|[A-Za-z]{1,3}\b)))?"
 )
 # A number from its first digit on (a search skips to a digit in C); what may stand before it
 # (a sign, a currency symbol, a space, a "." of ".5") is read by `_number_at`.
@@ -198,9 +197,9 @@ def _digit_numbers(text: str, ascii_text: bool) -> list[Quantity]:
                 return _scan(text)
         q = memo.get(g)
         if q is None:
-            num, _, _, scale, decade, pct, unit = g
-            q = _digits((num, None, None, None, None, None, scale or None, decade or None,
-                         pct or None, unit or None))
+            num, _, _, scale, pct, unit = g
+            q = _digits((num, None, None, None, None, None, scale or None, pct or None,
+                         unit or None))
             if len(g[0]) <= _MEMO_DIGITS:
                 if len(memo) >= _MAX_MEMO:
                     memo.clear()
@@ -285,7 +284,9 @@ def _signed(text: str) -> str:
 
 def _digits(g: tuple[str | Any, ...]) -> Quantity:
     """The value of a `_NUMBER` match from its groups."""
-    num, exp, pw, sup, caret, sup10, scale, _decade, pct, unit = g
+    num, exp, pw, sup, caret, sup10, scale, pct, unit = g
+    if unit is not None and len(num) == 4 and unit in ("s", "S") and num.isdigit():
+        unit = None  # "1970s": a decade, not seconds
     assert num is not None
     value = Decimal(num.replace(",", "").replace("\u2009", "").replace("\u202f", ""))
     if exp is not None or pw is not None:  # m e p, m × 10^p
