@@ -1,32 +1,46 @@
 """Claim segmentation: split answer text into sentences and list items, incrementally.
 
-`ClaimSegmenter` is sans-io (`feed(delta) -> segments`, `finish() -> segments`) and linear in
-input size: one cursor walks the text once, and only a bounded window is held (the word being
-written, an unfinished marker or terminator, and the open claim's text).
+One segmenter serves whole texts and streams: `ClaimSegmenter` is sans-io (`feed(delta) ->
+segments`, `finish() -> segments`, `whole(text)` for a whole text) and linear in input size.
+Every rule below is written once, in `_walk` (a line's text) and `_line_kind` (a line's kind).
 
-Rules:
+Rules (DESIGN §4):
 
-* A claim is a sentence or a list item (``-``, ``*``, ``+``, ``1.``, ``1)``); the list marker is
-  not part of the claim. Headings (``#``) and fenced code blocks (``` / ~~~) are not claims;
-  they, thematic breaks (``---``), blank lines and list items end the claim before them. A
-  single newline inside a paragraph does not.
+* A claim is a sentence or a list item; the list label is not part of the claim. Labels:
+  bullets ``- * + • ◦ ▪ ‣ –``; ``1.`` ``1)`` ``(1)`` with up to three digits (a longer number,
+  ``1970.``, starts an item but stays in the claim: it is more likely a year than a label);
+  ``a.`` ``a)`` ``(a)`` ``A)`` ``(A)``; lower-case roman ``iv.`` ``iv)`` ``(iv)``.
+* Headings (``#``) are claims unless they are a title: at most `title_words` words (citation
+  markers and closing ``#`` not counted) and no digit. A heading is a claim of its own: it
+  ends the claim before it and its last sentence ends with its line.
+* Fenced code (``` / ~~~): with `code="exempt"` (the default) no claim; with `code="check"`
+  each line of a fence is checked like a paragraph of one line. Indented text is prose, never
+  code: an indented line cannot hide a claim.
+* Blank lines, thematic breaks (``---``), fences, headings and list items end the claim before
+  them. A single newline inside a paragraph does not.
 * A sentence ends at ``.``, ``!``, ``?`` or ``…`` (plus closing quotes / parentheses) followed
   by whitespace, unless the next text starts with a lowercase letter or the word before a single
   ``.`` is an abbreviation (``e.g.``, ``Dr.``, ``Sec.``), an initial (``J.``) or dotted initials
   (``U.S.``). A ``.`` not followed by whitespace (``3.1``, ``v2.1.3``) never ends one.
 * Citation markers after the terminator (``Foo is 3. [a:1]``), up to the next non-space,
-  non-citation text, belong to the sentence.
+  non-citation text, belong to the sentence. A bracket group longer than `MAX_GROUP`
+  characters is prose, never a marker.
 * A segment without a letter or digit outside its citation markers (``---``, a lone ``[a:1]``)
-  is not a claim. A claim matching a policy exempt pattern (searched in its text) is exempt.
+  is not a claim. A claim is exempt when an exempt pattern matches the **whole** claim
+  (`re.fullmatch`) once its citation markers are removed and whitespace trimmed: "I don't
+  know, but the base has 42 reactors." is a claim.
 
-When a claim is emitted: as soon as its end is certain, which never depends on how the text
-was split. Inside a line that is the first character of the next sentence that is neither
-whitespace nor the start of a citation marker (so ``Foo. [a:1] Bar`` waits for ``B``, and a
-terminator at the end of the text seen so far waits for the character after it). A line's kind
-(text, list item, heading, rule, fence, blank) is known once it holds a character that none
-of those markers uses — a letter, say — or once it ends; until then it is not walked. With the
-``regex`` citation format a user pattern's matches cannot be bounded, so lines are decided
-whole.
+Streaming. A text line is walked up to a *cut*: the end of its last space or tab that is not
+inside a bracket group that may still become a marker. Text before a cut is decided whatever
+follows it (a terminator needs whitespace after it and a marker its ``]`` and the character
+after that, all before the cut), so the walk never goes back: each character is walked once,
+and the only text kept is the open claim's and the part after the cut. A claim is emitted as
+soon as its end is certain: when the first character after it that is neither whitespace nor
+``[`` is seen (a ``[`` waits for a cut after it). A line's kind is known once it is complete,
+or once it holds a character that no rule or blank line has and its first word is followed by
+a space or tab; headings, fence lines and (with the ``regex`` citation format, whose matches
+cannot be bounded) every line are walked when complete. Whatever the split of a text into
+deltas, the claims and the moment each is emitted depend only on the text seen so far.
 """
 
 from __future__ import annotations
@@ -34,11 +48,21 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from gateway.citations import BRACKET, CitationParser, Marker
+from gateway.citations import CitationParser, Marker
 from gateway.types import Citation, _quick_init
 
-__all__ = ["ClaimSegmenter", "Segment", "segment"]
+__all__ = [
+    "MAX_GROUP",
+    "ClaimSegmenter",
+    "Segment",
+    "exempt_match",
+    "list_label_end",
+    "segment",
+]
+
+CodeRule = Literal["exempt", "check"]
 
 
 @_quick_init
@@ -53,31 +77,40 @@ class Segment:
     exempt: bool = False
 
 
+MAX_GROUP = 256  # longest bracket-group body that can be a citation marker
+
 _FENCE = re.compile(r"[ ]{0,3}(`{3,}|~{3,})")
-_HEADING = re.compile(r"[ ]{0,3}#{1,6}(?:[ \t]|$)")
-_LIST = re.compile(r"[ \t]*(?:[-*+]|\d{1,9}[.)])(?:[ \t]+|$)")
+_HEADING = re.compile(r"[ ]{0,3}#{1,6}(?:[ \t]+|$)")
+_LABEL = (
+    r"(?:[-*+•◦▪‣–]|\d{1,9}[.)]|\(\d{1,9}\)|[a-z][.)]|\([a-z]\)|[A-Z]\)|\([A-Z]\)"
+    r"|[ivxlc]{1,7}[.)]|\([ivxlc]{1,7}\))"
+)
+_LIST = re.compile(rf"[ \t]*({_LABEL})(?:[ \t]+|$)")
+_LABEL_ONLY = re.compile(rf"\s*({_LABEL})(?:\s+|$)")
+_MAX_NUMBERING = 3  # digits of a numbered label that are dropped from the claim
 _BLANK = re.compile(r"[ \t\r\f\v]*$")
+# Two letters, the first no lowercase roman digit: a text line (no label, heading, rule,
+# fence or blank line starts so).
+_PLAIN_START = re.compile(r"[^\W\d_ivxlc][^\W\d_]")
 _RULE = re.compile(r"[ ]{0,3}(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,}|=+[ \t]*)$")
 # `[.!?]+` or `…`, written to start with a character set so that searching is fast.
 _TERMINATOR = re.compile(r"[.!?…](?:(?<=[.!?])[.!?]*)?[\"'”’)»*_]*(?=\s|$)")
-_TERMINATOR_CHARS = frozenset(".!?…\"'”’)»*_")
 _NONSPACE = re.compile(r"\S")
 _WORD = re.compile(r"[^\W_]")
+_DIGIT = re.compile(r"\d")
 _DOTTED_INITIALS = re.compile(r"^(?:[A-Za-z]\.)+[A-Za-z]$|^[A-Z]$")
 _LEADING_PUNCT = "(\"'“‘[*_"
-# A character that none of the line-start patterns above can consume: once a partial line
-# holds one, its kind is the same whatever follows.
-_DECIDER = re.compile(r"[^\s\d#`~*+_=.)\-]")
-
-# What new text can let a sleeping segmenter decide more (anything, when no pattern is set).
+# A character no rule or blank line holds: with one, and the first word complete, a partial
+# line's kind is the same whatever follows.
+_DECIDER = re.compile(r"[^\s\-*_=]")
+_SPACE_TAB = re.compile(r"[ \t]")
+# A bracket group, with the `(` that makes it a markdown link (a `!` before it: an image).
+_GROUP = re.compile(rf"\[([^\[\]\n]{{0,{MAX_GROUP}}})\](\()?")
+# What new text can let a waiting segmenter decide more.
 _WAKE_LINE = re.compile(r"\n")
-_WAKE_KIND = re.compile(r"[^\s\d#`~*+_=.)\-]|\n")
-_WAKE_RUN = re.compile(r"[\s\[\]]")  # a terminator needs whitespace after it; a marker its ]
-# In a run with no terminator character at its end, whitespace decides nothing: only a
-# terminator, a bracket or the line's end can.
-_WAKE_TERM = re.compile(r"[.!?…\[\]\n]")
-_WAKE_BRACKET = re.compile(r"[\[\]\n]")
-_BRACKET_CHARS = re.compile(r"[\[\]]")
+_WAKE_CUT = re.compile(r"[ \t\n\]]")
+_WAKE_TERM = re.compile(r"[.!?…\n]")
+_TERM_CHAR = re.compile(r"[.!?…]")
 
 # Lowercased words that a single "." after them does not end a sentence.
 _ABBREVIATIONS_WORDS = """
@@ -87,77 +120,108 @@ _ABBREVIATIONS_WORDS = """
     rev ed eds op viz approx incl excl resp
     """
 ABBREVIATIONS = frozenset(_ABBREVIATIONS_WORDS.split())
+# The end of a word before a "." that is no abbreviation: longer than any in ABBREVIATIONS,
+# so even `_LEADING_PUNCT` stripped from it leaves it too long, and (no "." before its last
+# letter) not dotted initials either.
+_LONG_WORD_LEN = max(map(len, ABBREVIATIONS)) + 1
+_LONG_WORD = re.compile(rf"[^\s{re.escape(_LEADING_PUNCT)}]{{{_LONG_WORD_LEN}}}")
 
-_IN, _AFTER = 0, 1  # open-claim states: inside the sentence / after its terminator
-_UNDECIDED, _TEXT, _SKIP, _CODE = 0, 1, 2, 3  # kinds of the current line
+# Kinds of the current line.
+_UNDECIDED, _TEXT, _SKIP, _CODE, _HEAD = 0, 1, 2, 3, 4
+_NO = -(1 << 62)  # no open claim (relative offsets of an open claim may be negative)
 
 
 class ClaimSegmenter:
     """Incremental claim segmentation of one channel's text (offsets from its first byte)."""
 
     __slots__ = (
+        "_after",
         "_bb",
         "_buf",
         "_cits",
+        "_code",
+        "_cscan",
         "_end",
         "_exempt",
         "_fence",
+        "_fullmatch",
+        "_kd",
+        "_kf",
         "_kind",
+        "_kw",
         "_ls",
-        "_marker",
-        "_mscan",
-        "_mwait",
-        "_nl",
+        "_mall",
+        "_marks",
+        "_mi",
+        "_nscan",
         "_parser",
         "_parts",
         "_pend",
         "_pos",
         "_regex",
-        "_rlast",
-        "_run",
         "_start",
-        "_state",
-        "_tscan",
+        "_title",
         "_wake",
+        "_words",
     )
 
-    def __init__(self, parser: CitationParser, exempt: Sequence[str | re.Pattern[str]] = ()):
+    def __init__(
+        self,
+        parser: CitationParser,
+        exempt: Sequence[str | re.Pattern[str]] = (),
+        *,
+        title_words: int = 8,
+        code: CodeRule = "exempt",
+    ) -> None:
         self._parser = parser
         self._regex = parser.format == "regex"
         self._exempt = [re.compile(p) if isinstance(p, str) else p for p in exempt]
+        self._fullmatch = [p.fullmatch for p in self._exempt]
+        self._title = title_words
+        self._code = code
         self._buf = ""  # text from absolute offset `_bb` on that may still be read
         self._bb = 0
         self._pend: list[str] = []  # received but not yet appended to `_buf`
         self._wake: re.Pattern[str] | None = None  # asleep until new text matches this
-        self._ls = 0  # start of the current line
-        self._nl = 0  # the current line's newline is searched from here
+        self._ls = 0  # start of the current line (absolute)
+        self._nscan = 0  # its newline is searched from here
         self._kind = _UNDECIDED
+        self._kf = self._kw = self._kd = False  # kind flags: first word seen, complete, decider
         self._fence: str | None = None  # the opening fence while inside a code block
-        # The walk over a text line: the cursor, the plain-text run it is in (-1 between
-        # runs), where the next terminator and the next citation marker are searched from,
-        # that marker once known, and what could decide a marker that is not yet certain.
-        self._pos = 0
-        self._run = -1
-        self._rlast = -1  # end of the run's last non-space character already dropped
-        self._tscan = 0
-        self._mscan = 0
-        self._marker: Marker | None = None
-        self._mwait: re.Pattern[str] | None = None
-        # The open claim: start (-1 when none), end (trailing markers included), citations,
-        # state, and its text before `_bb`.
-        self._start = -1
-        self._end = -1
+        self._pos = 0  # a text line is walked up to here
+        self._cscan = 0  # a cut is searched from here
+        # The open claim: start and end (absolute; start `_NO` when none), citations, the
+        # spans of its markers, whether a letter or digit was seen, whether it is after its
+        # terminator, and its text before `_bb`.
+        self._start = _NO
+        self._end = _NO
         self._cits: list[Citation] = []
-        self._state = _IN
+        self._marks: list[tuple[int, int]] = []
+        self._words = False
+        self._after = False
         self._parts: list[str] = []
+        # `whole`: every marker of the text (offsets in `_buf`, which is never trimmed then),
+        # and the first one no walk has passed yet.
+        self._mall: list[Marker] | None = None
+        self._mi = 0
+
+    # -- the interface -----------------------------------------------------------------------
 
     def feed(self, delta: str) -> list[Segment]:
         """Take more text; return the claims whose end is now certain."""
         out: list[Segment] = []
-        if delta:
-            self._pend.append(delta)
-            if self._wake is None or self._wake.search(delta) is not None:
-                self._advance(False, out)
+        if not delta:
+            return out
+        self._pend.append(delta)
+        wake = self._wake
+        if wake is not None and wake.search(delta) is None:
+            if self._kind != _UNDECIDED or self._fence is not None:
+                return out
+            decided = self._note_kind(delta, 0, len(delta))
+            self._cscan += len(delta)  # an undecided line's kind is read up to `_cscan`
+            if not decided:
+                return out
+        self._advance(False, out)
         return out
 
     def finish(self) -> list[Segment]:
@@ -168,69 +232,123 @@ class ClaimSegmenter:
         return out
 
     def whole(self, text: str) -> list[Segment]:
-        """Segment a whole text in one call: exactly `feed(text) + finish()` on a fresh
-        segmenter of this parser and exempt patterns, but several times cheaper.
-
-        Every line is complete, so nothing waits for more text and each line is walked once
-        by `_whole_lines`. This segmenter's own incremental state is neither read nor changed:
-        one segmenter can segment any number of whole texts, before or between its deltas.
-        """
-        if self._regex:  # user patterns are matched per line by the incremental walk
-            seg = ClaimSegmenter(self._parser, self._exempt)
-            return seg.feed(text) + seg.finish()
-        return _whole_lines(text, self._parser, self._exempt)
+        """Segment a whole text: exactly `feed(text) + finish()` on a fresh segmenter of this
+        one's settings. This segmenter's own state is neither read nor changed."""
+        seg = ClaimSegmenter(
+            self._parser, self._exempt, title_words=self._title, code=self._code
+        )
+        out: list[Segment] = []
+        if text:
+            seg._pend.append(text)
+            if not self._regex and "[" in text:
+                # Every line is complete and a marker never spans one: find them all at once.
+                seg._buf = text
+                seg._pend.clear()
+                seg._mall = seg._markers(0, len(text))
+        seg._advance(True, out)
+        seg._close(out)
+        return out
 
     # -- lines -------------------------------------------------------------------------------
 
     def _advance(self, final: bool, out: list[Segment]) -> None:
         pend = self._pend
-        new = pend[0] if len(pend) == 1 else "".join(pend)
-        pend.clear()
-        buf = self._buf = self._buf + new if self._buf else new
-        bb = self._bb
-        total = bb + len(buf)
-        while True:
-            nl = buf.find("\n", self._nl - bb)
-            end = nl + bb if nl >= 0 else total
-            self._nl = end
-            self._line(end, nl >= 0 or final, out)
-            if nl < 0:
-                break
-            self._ls = self._nl = end + 1
-            self._kind = _UNDECIDED
-        self._trim()
-
-    def _line(self, end: int, complete: bool, out: list[Segment]) -> None:
-        """Walk the current line as far as the text up to `end` decides it."""
+        if pend:
+            new = pend[0] if len(pend) == 1 else "".join(pend)
+            pend.clear()
+            self._buf = self._buf + new if self._buf else new
+        buf, bb = self._buf, self._bb
+        n = len(buf)
         self._wake = None
-        if complete:  # the line's body ends before "\r\n"
-            buf, lo = self._buf, max(self._ls, self._bb) - self._bb
-            e = end - self._bb
+        while True:
+            ls = self._ls - bb
+            nl = buf.find("\n", self._nscan - bb)
+            if nl < 0:
+                self._nscan = n + bb
+                if not final:
+                    self._partial(ls, n, out)
+                    break
+                e = n
+            else:
+                e = nl
+            lo = max(ls, 0)  # a text line's walked part may be trimmed away
             while e > lo and buf[e - 1] == "\r":
                 e -= 1
-            end = e + self._bb
+            self._complete(ls, e, out)
+            if nl < 0:
+                break
+            self._ls = self._nscan = self._pos = self._cscan = nl + 1 + bb
+            self._kind = _UNDECIDED
+            self._kf = self._kw = self._kd = False
+        self._trim()
+
+    def _note_kind(self, s: str, i: int, j: int) -> bool:
+        """Read s[i:j] (more of the current, undecided line); whether its kind is now known."""
+        if not self._kf:
+            m = _NONSPACE.search(s, i, j)
+            if m is None:
+                return False
+            self._kf = True
+            i = m.start()
+        if not self._kw and _SPACE_TAB.search(s, i, j) is not None:
+            self._kw = True
+        if not self._kd and _DECIDER.search(s, i, j) is not None:
+            self._kd = True
+        return self._kw and self._kd
+
+    def _line_kind(self, ls: int, e: int, out: list[Segment]) -> None:
+        """Classify the line at buf[ls:e] (complete, or decided by `_note_kind`)."""
+        buf = self._buf
+        if self._fence is not None:
+            self._kind = _CODE
+            return
+        if _PLAIN_START.match(buf, ls, e):  # the usual line: no other kind starts so
+            self._kind = _TEXT
+            self._pos = self._cscan = ls + self._bb
+            return
+        self._kind = _SKIP
+        if _BLANK.match(buf, ls, e) or _RULE.match(buf, ls, e):
+            self._close(out)
+            return
+        m = _FENCE.match(buf, ls, e)
+        if m:
+            self._close(out)
+            self._fence = m.group(1)
+            return
+        pos = ls
+        m = _HEADING.match(buf, ls, e)
+        if m:
+            self._close(out)
+            self._kind = _HEAD
+            self._pos = m.end() + self._bb
+            return
+        m = _LIST.match(buf, ls, e)
+        if m:
+            self._close(out)
+            label = m.group(1)
+            if not (label[0].isdigit() and len(label) > _MAX_NUMBERING + 1):
+                pos = m.end()
+            else:
+                pos = m.start(1)
+        self._kind = _TEXT
+        self._pos = self._cscan = pos + self._bb
+
+    def _complete(self, ls: int, e: int, out: list[Segment]) -> None:
+        """The line at buf[ls:e] is complete: walk what is left of it."""
         if self._kind == _UNDECIDED:
-            if self._fence is not None:
-                self._kind = _CODE
-            elif complete or _DECIDER.search(self._buf, self._ls - self._bb, end - self._bb):
-                self._classify(end, out)
-            else:
-                self._wake = _WAKE_KIND
-                return
+            self._line_kind(ls, e, out)
         kind = self._kind
+        bb = self._bb
         if kind == _TEXT:
-            if not self._regex:
-                self._walk(end, complete, out)
-            elif complete:
-                self._walk_line(end, out)
-            else:
-                self._wake = _WAKE_LINE
-        elif not complete:
-            self._wake = _WAKE_LINE
+            self._walk(max(self._pos - bb, ls), e, True, out)
+        elif kind == _HEAD:
+            p = self._pos - bb
+            if not self._is_title(p, e):
+                self._walk(p, e, True, out)
+                self._close(out)
         elif kind == _CODE:
-            buf, s, e = self._buf, self._ls - self._bb, end - self._bb
-            m = _FENCE.match(buf, s, e)
-            fence = self._fence
+            buf, fence = self._buf, self._fence
+            m = _FENCE.match(buf, ls, e)
             if (
                 m
                 and fence is not None
@@ -239,243 +357,206 @@ class ClaimSegmenter:
                 and _BLANK.match(buf, m.end(), e)
             ):
                 self._fence = None
+            elif self._code == "check":
+                self._walk(ls, e, True, out)
+                self._close(out)
 
-    def _classify(self, end: int, out: list[Segment]) -> None:
-        buf, s, e = self._buf, self._ls - self._bb, end - self._bb
-        self._kind = _SKIP
-        if _BLANK.match(buf, s, e):
-            self._close(out)
+    def _partial(self, ls: int, n: int, out: list[Segment]) -> None:
+        """The current line is buf[ls:n] so far: walk what is certain, set what to wait for."""
+        if self._kind == _UNDECIDED:
+            if self._fence is not None:
+                self._kind = _CODE
+            else:
+                # Read once: from where `feed` (which reads each delta it keeps) stopped.
+                decided = self._note_kind(self._buf, max(ls, self._cscan - self._bb), n)
+                self._cscan = n + self._bb
+                if not decided:
+                    self._wake = _WAKE_LINE
+                    return
+                self._line_kind(ls, n, out)
+        if self._kind != _TEXT or self._regex:
+            self._wake = _WAKE_LINE
             return
-        m = _FENCE.match(buf, s, e)
-        if m:
-            self._close(out)
-            self._fence = m.group(1)
-            return
-        if _HEADING.match(buf, s, e) or _RULE.match(buf, s, e):
-            self._close(out)
-            return
-        pos = self._ls
-        m = _LIST.match(buf, s, e)
-        if m:
-            self._close(out)
-            pos = m.end() + self._bb
-        self._kind = _TEXT
-        self._pos = self._tscan = self._mscan = pos
-        self._run = -1
-        self._marker = self._mwait = None
+        self._cut(n, out)
+
+    def _is_title(self, p: int, e: int) -> bool:
+        """Whether the heading text buf[p:e] is a title: few words, no digit (markers and a
+        closing `#` sequence not counted)."""
+        text = self._buf[p:e]
+        for ms, me, _ in reversed(self._markers(p, e)):
+            text = text[: ms - p] + " " + text[me - p :]
+        words = text.split()
+        if words and words[-1].strip("#") == "":
+            words.pop()
+        return len(words) <= self._title and _DIGIT.search(text) is None
 
     # -- the walk over a text line -----------------------------------------------------------
 
-    def _walk(self, end: int, complete: bool, out: list[Segment]) -> None:
-        """Markers, terminators and plain-text runs from the cursor, while they are certain."""
+    def _cut(self, n: int, out: list[Segment]) -> None:
+        """Walk a partial text line buf[pos:n] up to its last cut, then look past the cut."""
         buf, bb = self._buf, self._bb
-        pos = self._pos
-        while True:
-            run = self._run
-            if run < 0:
-                m = _NONSPACE.search(buf, pos - bb, end - bb)
-                if m is None:
-                    pos = end
-                    break
-                p = m.start() + bb
-                lim = self._scan_markers(end, complete)
-                marker = self._marker
-                # An undecided group at `p` may be a marker, more text will tell; one that
-                # starts with "!" is an image or text, so plain text starts here either way.
-                if lim == p and marker is None and buf[p - bb] == "[":
-                    pos = p
-                    self._wake = self._mwait
-                    break
-                if lim == p and marker is not None:
-                    ms, me, cits = marker
-                    if self._start < 0:
-                        self._start = ms
-                    self._cits.extend(cits)
-                    self._end = pos = self._mscan = me
-                    self._marker = None
-                    continue
-                # Plain text: it starts the next sentence unless it continues this one.
-                if self._state == _AFTER:
-                    if buf[p - bb].islower():
-                        self._state = _IN
-                    else:
-                        self._close(out)
-                if self._start < 0:
-                    self._start = p
-                self._run = run = pos = p
-                if self._tscan < p:
-                    self._tscan = p
-            # In a run: it ends at the first terminator or citation marker.
-            lim = self._scan_markers(end, complete)
-            t = _TERMINATOR.search(buf, self._tscan - bb, end - bb)
-            if t is not None and t.start() + bb < lim:
-                ts, te = t.start() + bb, t.end() + bb
-                if te == end and not complete:  # it may grow, or not be followed by space
-                    self._tscan = ts
-                    break
-                self._end = pos = self._tscan = te
-                if not _abbreviation(buf, max(run - bb, 0), t):
-                    self._state = _AFTER
-                self._run = -1
-                continue
-            if t is not None:
-                self._tscan = t.start() + bb
-            else:
-                # No terminator yet: only a run of terminator characters at the end can
-                # still become one (searching again from here keeps the walk linear).
-                j = end - bb
-                lo = self._tscan - bb
-                while j > lo and buf[j - 1] in _TERMINATOR_CHARS:
-                    j -= 1
-                self._tscan = j + bb
-            if self._marker is not None or complete:
-                self._end = self._trim_back(lim, run)
-                self._run = -1
-                pos = lim
-                if lim == end:
-                    break
-                continue
-            if self._mwait is not None:
-                self._wake = self._mwait
-            else:
-                self._wake = _WAKE_RUN if self._tscan < end else _WAKE_TERM
-            break
-        self._pos = pos
-
-    def _scan_markers(self, end: int, complete: bool) -> int:
-        """Advance the citation-marker scan; return the offset before which none starts.
-
-        At that offset is `_marker` when it is known; otherwise, if it is short of `end`, a
-        bracket that more text will decide starts there (`_mwait` says what text)."""
-        if self._marker is not None:
-            return self._marker[0]
-        self._mwait = None
-        buf, bb = self._buf, self._bb
-        i, e = self._mscan - bb, end - bb
-        while True:
-            k = buf.find("[", i, e)
-            if k < 0:
-                self._mscan = end
-                return end
-            st = k - 1 if k > 0 and buf[k - 1] == "!" else k
-            b = BRACKET.match(buf, st, e)
-            if b is None:
-                if not complete and _BRACKET_CHARS.search(buf, k + 1, e) is None:
-                    self._mwait = _WAKE_BRACKET  # still open: a "]" may close it
-                    self._mscan = st + bb
-                    return st + bb
-                i = k + 1
-                continue
-            if b.end() == e and b.group(2) is None and not complete:
-                self._mwait = _WAKE_ANY  # a "(" next would make it a link
-                self._mscan = st + bb
-                return st + bb
-            i = b.end()
-            if b.group(2) is not None or st != k:
-                continue  # markdown link or image
-            cits = self._parser.bracket(b.group(1), b.start(1) + bb)
-            if cits:
-                self._marker = (k + bb, i + bb, cits)
-                self._mscan = k + bb
-                return k + bb
-
-    def _trim_back(self, stop: int, run: int) -> int:
-        """`stop` moved back over whitespace, not past the run's start."""
-        buf, bb = self._buf, self._bb
-        lo = max(run, bb) - bb
-        j = stop - bb
-        while j > lo and buf[j - 1].isspace():
-            j -= 1
-        if j == lo and bb > run:
-            return self._rlast
-        return j + bb
-
-    def _walk_line(self, end: int, out: list[Segment]) -> None:
-        """A whole line at once, with markers found up front (the regex citation format)."""
-        off = self._ls
-        body = self._buf[off - self._bb : end - self._bb]
-        pos = self._pos - off
-        n = len(body)
-        markers: list[Marker] = self._parser.markers(body, pos, n, base=off)
-        mi = 0
-        terms = _TERMINATOR.finditer(body, pos)
-        term = next(terms, None)
-        while pos < n:
-            ws = _NONSPACE.search(body, pos)
-            if ws is None:
+        pos = self._pos - bb
+        scan = max(self._cscan - bb, pos)  # no cut before this is left to find
+        block = n
+        q = max(buf.rfind(" ", scan, n), buf.rfind("\t", scan, n)) + 1
+        while q > pos:
+            # The cut must not split a bracket group that is, or may still become, a marker:
+            # the last "[" before it either closed before it or can no longer close.
+            lb = buf.rfind("[", max(pos, q - MAX_GROUP - 2), q)
+            if lb < 0 or buf.find("]", lb, q) >= 0:
+                break
+            if buf.find("]", q, min(n, lb + MAX_GROUP + 2)) < 0:
+                if n >= lb + MAX_GROUP + 2:
+                    break  # too long to be a marker
+                block = lb  # may still close: look again from here when more text comes
+            q = max(buf.rfind(" ", scan, lb), buf.rfind("\t", scan, lb)) + 1
+        self._cscan = block + bb
+        if q > pos:
+            self._walk(pos, q, False, out)
+            pos = q
+        # Past the cut: a claim after its terminator ends at the next sentence's first
+        # character, unless a lowercase letter continues it; "[" and other whitespace wait.
+        if self._after:
+            if pos == n:
+                self._wake = None  # any character decides
                 return
-            pos = ws.start()
-            if mi < len(markers) and markers[mi][0] == pos + off:
-                ms, me, cits = markers[mi]
-                mi += 1
-                if self._start < 0:
-                    self._start = ms
-                self._cits.extend(cits)
-                self._end = me
-                pos = me - off
-                continue
-            while term is not None and term.start() < pos:
-                term = next(terms, None)
-            if self._state == _AFTER:
-                if body[pos].islower():
-                    self._state = _IN
-                else:
+            c = buf[pos]
+            if c != "[" and not c.isspace():
+                self._after = False
+                if not c.islower():
                     self._close(out)
-            if self._start < 0:
-                self._start = pos + off
-            stop = markers[mi][0] - off if mi < len(markers) else n
-            if term is not None and term.start() < stop:
-                self._end = term.end() + off
-                if not _abbreviation(body, pos, term):
-                    self._state = _AFTER
-                pos = term.end()
-                term = next(terms, None)
+            if self._after:
+                self._wake = _WAKE_CUT
+                return
+        # Inside a sentence only a terminator can end it (or a line end): until the text
+        # after the cut holds a terminator character, nothing else is worth a look.
+        self._wake = _WAKE_CUT if _TERM_CHAR.search(buf, pos, n) else _WAKE_TERM
+
+    def _walk(self, lo: int, hi: int, eol: bool, out: list[Segment]) -> None:
+        """Markers, terminators and plain-text runs of buf[lo:hi], which is a whole line's
+        rest (`eol`) or ends after a space or tab with no marker across its end."""
+        text, bb = self._buf, self._bb
+        mall = self._mall
+        if mall is not None:  # a whole text's markers, found up front: skip those before lo
+            markers = mall
+            mi = self._mi
+            while mi < len(mall) and mall[mi][0] < lo:
+                mi += 1
+            nm = mi
+            while nm < len(mall) and mall[nm][0] < hi:
+                nm += 1
+            self._mi = nm
+        else:
+            markers = self._markers(lo, hi) if text.find("[", lo, hi) >= 0 or self._regex else []
+            nm = len(markers)
+            mi = 0
+        ms, me, mc = markers[mi] if mi < nm else (hi, hi, ())
+        start = self._start - bb if self._start != _NO else _NO
+        end = self._end - bb
+        cits, marks = self._cits, self._marks
+        words, after = self._words, self._after
+        nonspace = _NONSPACE.search
+        terminator = _TERMINATOR.search
+        ts = te = -1  # the next terminator (ts == hi: none)
+        pos = lo
+        while pos < hi:
+            # The next non-space character, most often right here or one space on.
+            if not text[pos].isspace():
+                p = pos
+            elif pos + 1 < hi and not text[pos + 1].isspace():
+                p = pos + 1
+            else:
+                sp = nonspace(text, pos, hi)
+                if sp is None:
+                    break
+                p = sp.start()
+            if p == ms:  # a citation marker joins the open claim
+                if start == _NO:
+                    start = p
+                cits.extend(mc)
+                marks.append((ms + bb, me + bb))
+                end = pos = me
+                mi += 1
+                ms, me, mc = markers[mi] if mi < nm else (hi, hi, ())
                 continue
-            j = stop
-            while j > pos and body[j - 1].isspace():
-                j -= 1
-            self._end = j + off
-            pos = stop
+            # Plain text: it starts the next sentence unless it continues this one.
+            if after:
+                after = False
+                if not text[p].islower() and start != _NO:
+                    self._start, self._end, self._words = start + bb, end + bb, words
+                    self._close(out)
+                    cits, marks = self._cits, self._marks
+                    start = _NO
+                    words = False
+            if start == _NO:
+                start = p
+            if not words and text[p].isalnum():
+                words = True
+            if ts < p:
+                t = terminator(text, p, hi)
+                if t is None:
+                    ts = te = hi
+                else:
+                    ts, te = t.span()
+            if ts < ms:  # the run ends at a terminator
+                end = pos = te
+                if not (
+                    te == ts + 1
+                    and text[ts] == "."
+                    and ts > p
+                    and not (
+                        ts - _LONG_WORD_LEN >= p
+                        and text[ts - 2] != "."
+                        and _LONG_WORD.fullmatch(text, ts - _LONG_WORD_LEN, ts)
+                    )
+                    and _abbreviated(text, p, ts)
+                ):
+                    after = True
+                continue
+            end = p + len(text[p:ms].rstrip())
+            pos = ms
+        self._start = start + bb if start != _NO else _NO
+        self._end = end + bb
+        self._words, self._after = words, after
+        self._pos = hi + bb
+        if eol:
+            self._cscan = hi + bb
+
+    def _markers(self, lo: int, hi: int) -> list[Marker]:
+        """The citation markers in buf[lo:hi], offsets relative to `_buf`, citations' absolute."""
+        buf, bb = self._buf, self._bb
+        if self._regex:
+            found = self._parser.markers(buf, lo, hi, base=bb)
+            return [(s - bb, e - bb, c) for s, e, c in found]
+        out: list[Marker] = []
+        bracket = self._parser.bracket
+        for g in _GROUP.finditer(buf, lo, hi):
+            body, link = g.groups()
+            k = g.start()
+            if link is None and (k == 0 or buf[k - 1] != "!"):  # not a link or an image
+                cits = bracket(body, k + 1 + bb)
+                if cits:
+                    out.append((k, g.end(), cits))
+        return out
 
     # -- the window and the open claim -------------------------------------------------------
 
     def _trim(self) -> None:
         """Drop text no decision will read again; keep the open claim's part of it."""
         buf, bb = self._buf, self._bb
-        run = self._run
-        if self._kind != _TEXT or self._regex:
-            keep = self._ls
-        elif run < 0:
-            keep = self._pos
-        else:
-            bound = self._tscan
-            if self._marker is None and self._mwait is not None:
-                bound = min(bound, self._mscan)
-            lo = max(run, bb) - bb
-            k = max(buf.rfind(" ", lo, bound - bb), buf.rfind("\t", lo, bound - bb))
-            # Cut only after a space or tab inside the run: the word before a terminator
-            # (for abbreviations) then reads the same.
-            keep = k + 1 + bb if k >= 0 else lo + bb
-        if keep <= bb:
-            return
-        # Nothing before `keep` is searched again.
-        self._mscan = max(self._mscan, keep)
-        self._tscan = max(self._tscan, keep)
+        keep = self._pos if self._kind == _TEXT and not self._regex else self._ls
         cut = keep - bb
+        if cut <= 0:
+            return
         start = self._start
-        if 0 <= start < keep:
+        if start != _NO and start < keep:
             self._parts.append(buf[max(start - bb, 0) : cut])
-        if 0 <= run < keep:
-            lo = max(run - bb, 0)
-            r = len(buf[lo:cut].rstrip())
-            if r:
-                self._rlast = lo + r + bb
         self._buf = buf[cut:]
         self._bb = keep
 
     def _close(self, out: list[Segment]) -> None:
         start = self._start
-        if start >= 0:
+        if start != _NO:
             end, bb = self._end, self._bb
             if self._parts:
                 head = "".join(self._parts)
@@ -484,27 +565,37 @@ class ClaimSegmenter:
             else:
                 text = self._buf[start - bb : end - bb]
             cits = tuple(self._cits)
-            if _has_words(text, start, cits):
-                exempt = any(p.search(text) for p in self._exempt)
+            if self._words or _has_words(text, start, cits):
+                exempt = False
+                if self._exempt:
+                    marks = self._marks
+                    if len(marks) == 1:  # the usual claim: `exempt_match`, inlined
+                        s, e = marks[0]
+                        bare = (text[: s - start].rstrip() + text[e - start :]).strip()
+                        for fullmatch in self._fullmatch:
+                            if fullmatch(bare) is not None:
+                                exempt = True
+                                break
+                    else:
+                        rel = [(s - start, e - start) for s, e in marks]
+                        exempt = exempt_match(text, rel, self._exempt)
                 out.append(Segment(start, end, text, cits, exempt))
-            self._start = self._end = -1
+            self._start = self._end = _NO
             self._cits = []
-        self._state = _IN
-
-
-_WAKE_ANY = re.compile(r"[\s\S]")
-
-
-def _abbreviation(text: str, lo: int, term: re.Match[str]) -> bool:
-    """Whether a "." terminator ends an abbreviation or initials (the word from `lo` on)."""
-    return term.group() == "." and _abbreviated(text, lo, term.start())
+            self._marks = []
+            self._words = False
+        self._after = False
 
 
 def _abbreviated(text: str, lo: int, ts: int) -> bool:
     """Whether the word from `lo` on before the "." at `ts` is an abbreviation or initials."""
     ws = text.rfind(" ", lo, ts)
     tab = text.rfind("\t", lo, ts)
-    word = text[max(ws, tab, lo - 1) + 1 : ts].lstrip(_LEADING_PUNCT)
+    word = text[max(ws, tab, lo - 1) + 1 : ts]
+    if not word.isprintable():  # other whitespace splits words too ("\r", "\u00a0")
+        parts = word.split()
+        word = parts[-1] if parts and not word[-1].isspace() else ""
+    word = word.lstrip(_LEADING_PUNCT)
     return word.lower() in ABBREVIATIONS or bool(_DOTTED_INITIALS.match(word))
 
 
@@ -521,218 +612,51 @@ def _has_words(text: str, start: int, cits: tuple[Citation, ...]) -> bool:
     return _WORD.search(text, pos) is not None
 
 
+def exempt_match(
+    text: str, marks: Sequence[tuple[int, int]], patterns: Sequence[re.Pattern[str]]
+) -> bool:
+    """Whether an exempt pattern matches the whole claim `text`: `fullmatch` on the text with
+    its citation markers (`marks`: spans in `text`, each with the whitespace before it)
+    removed and its ends stripped of whitespace."""
+    if not patterns:
+        return False
+    if len(marks) == 1:  # the usual claim
+        s, e = marks[0]
+        text = text[:s].rstrip() + text[e:]
+    elif marks:
+        parts: list[str] = []
+        pos = 0
+        for s, e in sorted(marks):
+            if s < pos:
+                continue
+            parts.append(text[pos:s].rstrip())
+            pos = e
+        parts.append(text[pos:])
+        text = "".join(parts)
+    text = text.strip()
+    return any(p.fullmatch(text) is not None for p in patterns)
+
+
+def list_label_end(text: str) -> int:
+    """Where a structured claim's text starts once its list label (``1.``, ``(a)``, ``-``)
+    and the whitespace around it are dropped; 0 when it has none. A numbered label of more
+    than three digits (``1970.``) is kept, as in text."""
+    m = _LABEL_ONLY.match(text)
+    if m is None or m.end() == len(text):
+        return 0
+    label = m.group(1)
+    if label[0].isdigit() and len(label) > _MAX_NUMBERING + 1:
+        return 0
+    return m.end()
+
+
 def segment(
-    text: str, parser: CitationParser, exempt: Sequence[str | re.Pattern[str]] = ()
+    text: str,
+    parser: CitationParser,
+    exempt: Sequence[str | re.Pattern[str]] = (),
+    *,
+    title_words: int = 8,
+    code: CodeRule = "exempt",
 ) -> list[Segment]:
     """Segment a whole text: the same claims as feeding it in any pieces."""
-    return ClaimSegmenter(parser, exempt).whole(text)
-
-
-# -- whole texts ---------------------------------------------------------------------------------
-#
-# With every line complete, the walk above reduces to: per line, its kind from the same
-# patterns as `_classify`, then for a text line the same events in the same order, each found
-# once. Citation markers are the bracket groups `_scan_markers` accepts: a group never spans a
-# line and whether it is a link or an image depends only on the characters around it, so
-# `_markers` over the whole text finds the same ones (those on lines that are not walked are
-# passed over). Terminators are `_TERMINATOR` matches: a match does not depend on
-# where the search began, and the characters after a line's body ("\r", "\n") are whitespace
-# as the end of the line is, so the next one is searched in the whole text, and again only once
-# the walk has passed it. A run of plain text ends at the first terminator before the next
-# marker, else at that marker or the line's end, trimmed of trailing whitespace.
-# `tests/test_claims_fast.py` checks that the segments equal the incremental walk's for any
-# split of the text.
-
-
-def _whole_lines(
-    text: str, parser: CitationParser, exempt: Sequence[re.Pattern[str]]
-) -> list[Segment]:
-    out: list[Segment] = []
-    find = text.find
-    nonspace = _NONSPACE.search
-    terminator = _TERMINATOR.search
-    n = len(text)
-    markers = _markers(text, parser) if "[" in text else []
-    nm = len(markers)
-    mi = 0  # the next marker not yet passed
-    # The open claim: start (-1 when none), end, citations, whether a run of it starts with a
-    # letter or digit (then it has words), and whether it is after its terminator.
-    start = end = -1
-    cits: list[Citation] = []
-    words = after = False
-    fence: str | None = None
-    ts = te = -1  # the next terminator (ts == n: none)
-    ls = 0
-    while True:
-        nl = find("\n", ls)
-        e = n if nl < 0 else nl
-        while e > ls and text[e - 1] == "\r":
-            e -= 1
-        pos = ls  # where the walk of a text line starts; -1 for other lines
-        if fence is not None:
-            m = _FENCE.match(text, ls, e)
-            if (
-                m
-                and m.group(1)[0] == fence[0]
-                and len(m.group(1)) >= len(fence)
-                and _BLANK.match(text, m.end(), e)
-            ):
-                fence = None
-            pos = -1
-        elif ls == e or not text[ls].isalpha():  # a letter first makes a plain text line
-            # `_classify`; a line starting with a list bullet or an ASCII digit can only be
-            # a rule or list item, or a list item.
-            c = text[ls] if ls < e else ""
-            pos = -1
-            if c in _BULLETS:
-                if _RULE.match(text, ls, e):
-                    pass
-                elif m := _LIST.match(text, ls, e):
-                    pos = m.end()
-                else:
-                    pos = ls
-            elif c in _ASCII_DIGITS:
-                pos = m.end() if (m := _LIST.match(text, ls, e)) else ls
-            elif _BLANK.match(text, ls, e):
-                pass
-            elif m := _FENCE.match(text, ls, e):
-                fence = m.group(1)
-            elif _HEADING.match(text, ls, e) or _RULE.match(text, ls, e):
-                pass
-            elif m := _LIST.match(text, ls, e):
-                pos = m.end()
-            else:
-                pos = ls
-            if pos != ls:  # not a paragraph line: the open claim ends before it
-                if start >= 0:
-                    _emit(out, text, start, end, cits, words, exempt)
-                    start = -1
-                    cits = []
-                    words = False
-                after = False
-        if pos >= 0:
-            while mi < nm and markers[mi][0] < pos:
-                mi += 1
-            ms, me, mc = _marker_before(markers, mi, e)
-            while pos < e:
-                # The next non-space character, most often right here or one space on.
-                if not text[pos].isspace():
-                    p = pos
-                elif pos + 1 < e and not text[pos + 1].isspace():
-                    p = pos + 1
-                else:
-                    sp = nonspace(text, pos, e)
-                    if sp is None:
-                        break
-                    p = sp.start()
-                if p == ms:  # a citation marker joins the open claim
-                    if start < 0:
-                        start = p
-                    cits.extend(mc)
-                    end = pos = me
-                    mi += 1
-                    ms, me, mc = _marker_before(markers, mi, e)
-                    if ts == pos and not after:
-                        # `[a:1].`: the terminator is a run of its own, no abbreviation, and
-                        # the next marker is after it; it ends the sentence.
-                        end = pos = te
-                        after = True
-                    continue
-                # Plain text: it starts the next sentence unless it continues this one.
-                if after:
-                    after = False
-                    if not text[p].islower():
-                        if start >= 0:
-                            _emit(out, text, start, end, cits, words, exempt)
-                            cits = []
-                            words = False
-                        start = -1
-                if start < 0:
-                    start = p
-                if not words and text[p].isalnum():
-                    words = True
-                if ts < p:
-                    t = terminator(text, p)
-                    if t is None:
-                        ts = te = n
-                    else:
-                        ts, te = t.span()
-                if ts < ms:  # the run ends at a terminator
-                    end = pos = te
-                    if not (
-                        te == ts + 1
-                        and text[ts] == "."
-                        and ts > p
-                        and not (
-                            ts - _LONG_WORD_LEN >= p
-                            and text[ts - 2] != "."
-                            and _LONG_WORD.fullmatch(text, ts - _LONG_WORD_LEN, ts)
-                        )
-                        and _abbreviated(text, p, ts)
-                    ):
-                        after = True
-                    continue
-                end = p + len(text[p:ms].rstrip())
-                pos = ms
-        if nl < 0:
-            break
-        ls = nl + 1
-    if start >= 0:
-        _emit(out, text, start, end, cits, words, exempt)
-    return out
-
-
-# Characters that begin a non-blank, non-fence, non-heading line kind (`_RULE`, `_LIST`).
-_BULLETS = frozenset("-*+")
-_ASCII_DIGITS = frozenset("0123456789")
-# The end of a word before a "." that is no abbreviation: longer than any in ABBREVIATIONS,
-# so even `_LEADING_PUNCT` stripped from it leaves it too long, and (no "." before its last
-# letter) not dotted initials either.
-_LONG_WORD_LEN = max(map(len, ABBREVIATIONS)) + 1
-_LONG_WORD = re.compile(rf"[^ \t{re.escape(_LEADING_PUNCT)}]{{{_LONG_WORD_LEN}}}")
-
-# `BRACKET` without its optional "!": a literal first character makes searching much faster.
-_GROUP = re.compile(r"\[([^\[\]\n]*)\](\()?")
-
-
-def _marker_before(markers: list[Marker], mi: int, e: int) -> Marker:
-    """Marker `mi` if there is one and it starts before `e` (the line's end), else `(e, e, ())`:
-    the walk's next stop is then the end of the line."""
-    if mi < len(markers) and markers[mi][0] < e:
-        return markers[mi]
-    return (e, e, ())
-
-
-def _markers(text: str, parser: CitationParser) -> list[Marker]:
-    """The citation markers of a whole text, as `_scan_markers` accepts them on its lines."""
-    out: list[Marker] = []
-    bracket = parser.bracket
-    for g in _GROUP.finditer(text):
-        body, link = g.groups()
-        k = g.start()
-        if link is None and (k == 0 or text[k - 1] != "!"):  # not a link or an image
-            cits = bracket(body, k + 1)
-            if cits:
-                out.append((k, g.end(), cits))
-    return out
-
-
-def _emit(
-    out: list[Segment],
-    text: str,
-    start: int,
-    end: int,
-    cits: list[Citation],
-    words: bool,
-    exempt: Sequence[re.Pattern[str]],
-) -> None:
-    """Close a claim of a whole text: as `ClaimSegmenter._close` (`words` proves a word)."""
-    body = text[start:end]
-    found = tuple(cits)
-    if words or _has_words(body, start, found):
-        ex = False
-        for pat in exempt:
-            if pat.search(body):
-                ex = True
-                break
-        out.append(Segment(start, end, body, found, ex))
+    return ClaimSegmenter(parser, exempt, title_words=title_words, code=code).whole(text)

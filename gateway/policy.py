@@ -353,14 +353,33 @@ class ContextSpec(_Model):
         return self._chunk_re
 
 
+# Matched against the whole claim (`re.fullmatch`, citation markers removed): an abstention
+# followed by anything that is not one of these few words ("I don't know, but X.") is a claim.
 DEFAULT_EXEMPT = [
-    r"(?i)^\s*(i (do not|don't) know|i'?m not sure|i cannot (find|answer)|"
-    r"the (provided )?(context|sources?|documents?) (do|does) not (contain|say|mention))\b",
+    r"(?i)(?:(?:i (?:do not|don't|don’t|cannot|can't|can’t) (?:know|say|find|answer|tell)"
+    r"|i'?m not sure|i am not sure|i’m not sure|there is no (?:answer|information)"
+    r"|the (?:provided )?(?:context|sources?|documents?|passages?) (?:do|does) not "
+    r"(?:contain|say|mention|answer|cover|include))"
+    r"(?:[ ,]+(?:that|this|it|the|an?|answer|any|information|about|on|to|for|your|my"
+    r"|question|in|from|provided|given|available|context|sources?|documents?|passages?"
+    r"|here|based))*"
+    # Or a refusal with a short topic ("I cannot answer questions about other employees'
+    # salaries."): up to eight words of letters, none a clause word, verb or number word,
+    # so "I can't help with that, but X" or "… the 42 reactors" stays a claim.
+    r"|i (?:cannot|can't|can’t|won't|won’t|am unable to|am not able to) "
+    r"(?:answer|help with|provide|discuss|share|disclose|assist with)(?: that| this| it)?"
+    r"(?: (?!(?:but|because|since|although|though|which|that|who|whose|as|while|so|however"
+    r"|yet|and|or|nor|is|are|was|were|be|been|has|have|had|does|did|will|would|can|could"
+    r"|zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\w+teen|\w+ty"
+    r"|hundred|thousand|million|billion|trillion|dozen)\b)"
+    r"[^\W\d_]+(?:['’-][^\W\d_]*)?){0,8})\s*[.!]?",
 ]
 
 
 class ClaimsSpec(_Model):
     exempt: list[RegexStr] = Field(default_factory=lambda: list(DEFAULT_EXEMPT))
+    title_words: int = Field(default=8, ge=0)  # a longer heading, or one with a digit, is a claim
+    code: Literal["exempt", "check"] = "exempt"  # text in a code fence: no claim / a claim
 
 
 class SupportSpec(_Model):
@@ -859,7 +878,7 @@ def _cross_file_errors(policies: Sequence[LoadedPolicy]) -> list[PolicyError]:
 class Diagnostic:
     file: str
     line: int | None
-    severity: Literal["error", "warning"]
+    severity: Literal["error", "warning", "note"]
     message: str
 
     def __str__(self) -> str:
@@ -923,6 +942,16 @@ def lint(policies: Sequence[LoadedPolicy]) -> list[Diagnostic]:
                 loaded,
                 ("citations", "pattern"),
                 f"citations.pattern is ignored with format: {p.citations.format}",
+            )
+        if p.claims.code == "exempt":
+            out.append(
+                Diagnostic(
+                    loaded.path,
+                    loaded.line_of("claims", "code"),
+                    "note",
+                    "claims.code: exempt — text in code fences is never checked; set "
+                    "claims.code: check to verify it as claims",
+                )
             )
         if "support" in p.model_fields_set and "unsupported" not in p.checks:
             warn(loaded, ("support",), "support is set but unsupported is not in checks")

@@ -25,7 +25,7 @@ from gateway.checks.base import (
 )
 from gateway.checks.ids import PASS_PLAIN
 from gateway.citations import CitationParser
-from gateway.claims import ClaimSegmenter
+from gateway.claims import ClaimSegmenter, exempt_match, list_label_end
 from gateway.types import (
     Answer,
     Channel,
@@ -59,7 +59,7 @@ class Verifier:
         self._exempt = [re.compile(x) for x in p.claims.exempt]
         # Whole texts (JSON answers, tool arguments, a stream's final text) are segmented by
         # `whole`, which leaves this segmenter's own streaming state alone: one serves all.
-        self._whole = ClaimSegmenter(self.parser, self._exempt)
+        self._whole = self.segmenter()
         self._kinds = _verified_kinds(p)
         self.checks: list[AnyCheck] = list(check_families.build(p) if checks is None else checks)
         self._remote: list[tuple[int, AsyncCheck]] = []
@@ -95,7 +95,10 @@ class Verifier:
 
     def segmenter(self) -> ClaimSegmenter:
         """A fresh incremental segmenter with this policy's citation format and exemptions."""
-        return ClaimSegmenter(self.parser, self._exempt)
+        spec = self.policy.claims
+        return ClaimSegmenter(
+            self.parser, self._exempt, title_words=spec.title_words, code=spec.code
+        )
 
     def claims(self, answer: Answer) -> list[Claim]:
         """Every claim of the channels this policy verifies, indexed across the answer."""
@@ -158,6 +161,7 @@ class Verifier:
         out: list[Claim] = []
         cursor = 0
         for text, ids in channel.structured or ():
+            text = text[list_label_end(text) :]  # "1. Choose …": the label is no claim
             at = channel.text.find(text, cursor) if text else -1
             start, end = (at, at + len(text)) if at >= 0 else (-1, -1)
             if at >= 0:
@@ -168,10 +172,13 @@ class Verifier:
                 if not sep or not cid:
                     cid, version = raw, ""
                 cits.append(Citation(id=cid, raw=raw, version=version or None))
-            cits.extend(self.parser.find(text, base=max(start, 0)))
+            base = max(start, 0)
+            markers = self.parser.markers(text, base=base)
+            cits.extend(c for _, _, found in markers for c in found)
             if at >= 0:
                 cits.extend(_native_for(channel, start, end))
-            exempt = any(p.search(text) for p in self._exempt)
+            spans = [(s - base, e - base) for s, e, _ in markers]
+            exempt = exempt_match(text, spans, self._exempt)
             out.append(Claim(first + len(out), ci, text, start, end, tuple(cits), exempt))
         return out
 

@@ -117,7 +117,8 @@ def test_exempt_claims() -> None:
         ("I don't know.", True),
         ("The sky is blue [a:1].", False),
     ]
-    custom = segment("Disclaimer: none. Fact [a:1].", PARSER, [r"^Disclaimer"])
+    # A pattern must match the whole claim: a prefix is not enough.
+    custom = segment("Disclaimer: none. Fact [a:1].", PARSER, [r"^Disclaimer.*", r"Fact"])
     assert [s.exempt for s in custom] == [True, False]
 
 
@@ -129,9 +130,11 @@ def test_stream_claim_final_only_when_next_text_begins() -> None:
     seg = ClaimSegmenter(PARSER, DEFAULT_EXEMPT)
     assert seg.feed("Foo is 3.") == []
     assert seg.feed(" [a:1]\n") == []  # more citations could still follow
-    got = seg.feed("Bar")  # a line starting with a letter is text, and "B" starts a sentence
+    # "Bar" could still be a label ("b)"): a line's kind is known once its first word is
+    # complete, and then "B" starts a sentence.
+    assert seg.feed("Bar") == []
+    got = seg.feed(" is 4.\n")
     assert [s.text for s in got] == ["Foo is 3. [a:1]"]
-    assert seg.feed(" is 4.\n") == []
     assert [s.text for s in seg.finish()] == ["Bar is 4."]
 
 

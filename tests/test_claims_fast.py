@@ -1,4 +1,4 @@
-"""`ClaimSegmenter.whole` (the whole-text fast path) against the incremental walk.
+"""`ClaimSegmenter.whole` (a text in one piece) against the same text fed in any pieces.
 
 The incremental walk (`feed` / `finish`) is the reference: whatever the text and however it is
 split into deltas, `whole(text)` must return exactly its segments — spans, text, citations

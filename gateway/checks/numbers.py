@@ -1,11 +1,25 @@
 """number_mismatch: every number in a claim must appear, with equal value, in a cited source.
 
-A number is an integer or decimal, with optional sign (only at a word start, so "2019-2021" is
-two positive years), currency symbol, thousands separators ("1,200" == 1200), scale word
-("3.2 million" == 3200000), percent ("80%", "80 percent") and unit ("62.5 kWh"). Values compare
-exactly as decimals (sign included); percent-ness must agree; a known unit on both sides must
-agree (a source number without a unit matches any unit). Years and dates are numbers too.
-Numbers inside citation markers and list numbering are not part of the claim text checked.
+Numbers are read by value, the same way on both sides (claim and chunk, DESIGN §4):
+
+* digits, with an optional sign (only at a word start, so "2019-2021" is two positive years),
+  currency symbol, thousands separators ("1,200", "1 200" with a thin or narrow no-break
+  space), decimals (".5"), leading zeros ("007" == 7);
+* scientific notation: "1.2e4", "10e3" (== 10,000), "1.2×10^4", "1.2x10^4", "1.2 * 10**4",
+  "1.2×10⁴", "10⁴", "10^-3"; a superscript after any other base is a footnote, not a power;
+* number words: "twelve", "forty-two", "one hundred and five", "two thousand", "a dozen"
+  (12), "three dozen" (36), "a million"; a bare "one" is a pronoun as often as a number
+  ("one of them") and is read only inside a longer number ("twenty-one", "one million");
+  ordinals ("third") are not numbers;
+* a scale word ("3.2 million" == 3200000, "3 hundred", "5 dozen"), percent ("80%", "80 percent",
+  "eighty per cent") and unit ("62.5 kWh"). Values compare exactly as decimals (sign included);
+  percent-ness must agree; a known unit on both sides must agree (a number without a unit
+  matches any unit). A decade ("1970s", "1970's", "1970 's") is the year, without a unit.
+  Years and dates are numbers too.
+
+A bare citation number in brackets ("according to [1]", "[2, 3]", "[^4]") is not a number, in
+any citation format; neither are numbers inside the claim's own citation markers (blanked by
+`claim_body`) or its list label (dropped by the segmenter).
 """
 
 from __future__ import annotations
@@ -20,12 +34,14 @@ from gateway.types import CheckResult
 __all__ = ["NumberMismatch", "Quantity", "numbers_in"]
 
 _SCALES = {
+    "hundred": Decimal(10) ** 2,
     "thousand": Decimal(10) ** 3,
     "million": Decimal(10) ** 6,
     "mn": Decimal(10) ** 6,
     "billion": Decimal(10) ** 9,
     "bn": Decimal(10) ** 9,
     "trillion": Decimal(10) ** 12,
+    "dozen": Decimal(12),
 }
 _UNITS_WORDS = """
     wh kwh mwh gwh twh w kw mw gw kv mv ma mah hz khz mhz ghz
@@ -36,31 +52,83 @@ _UNITS_WORDS = """
     """
 _UNITS = frozenset(_UNITS_WORDS.split())
 
-_NUMBER = re.compile(
-    r"(?<![\w.,])"
-    r"(?P<sign>(?<![^\s(\[{])[-−–])?"
-    r"(?P<cur>[$€£¥])?\s?"
-    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
-    r"(?![\d])"
-    r"(?:\s?(?P<scale>thousand|million|billion|trillion|mn|bn)\b)?"
-    r"(?:\s?(?P<pct>%|percent\b|per\s+cent\b)|\s?(?P<unit>°[CF]|[A-Za-z]{1,3}\b))?"
+_SUPERSCRIPTS = "⁰¹²³⁴⁵⁶⁷⁸⁹"
+_SUPER = str.maketrans(_SUPERSCRIPTS + "⁻⁺", "0123456789-+")
+_SCALE_WORDS = r"hundred|thousand|million|billion|trillion|mn|bn|dozen"
+# What may follow a number (digits or words): a scale word, then percent or a unit (an "s"
+# after a year is a decade, see `_digits`; "1970's" has none).
+_TAIL = (
+    rf"(?:\s?+(?P<scale>{_SCALE_WORDS})\b)?"
+    r"(?:\s?+(?:(?P<pct>%|percent\b|per\s?cent\b)|(?P<unit>°[CF]|[A-Za-z]{1,3}\b)))?"
 )
+# A number from its first digit on (a search skips to a digit in C); what may stand before it
+# (a sign, a currency symbol, a space, a "." of ".5") is read by `_number_at`.
+_POWER = (  # the lookahead fails quickly after the usual number
+    r"(?:(?=[\seE×x✕⨉*·^⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺])(?:[eE](?P<exp>[-+−]?\d{1,4})(?!\w)"
+    r"|\s?[×x✕⨉*·]\s?10(?:(?:\^|\*\*)\(?(?P<pow>[-+−]?\d{1,4})\)?"
+    r"|(?P<sup>[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]{1,4}))"
+    r"|\^\(?(?P<caret>[-+−]?\d{1,4})\)?"
+    r"|(?P<sup10>[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]{1,4})"
+    r"))?"
+)
+_NUMBER_PATTERN = (
+    r"(?P<num>\d{pre}(?:\d{{0,2}}(?:(?:,\d{{3}})+|(?:[\u2009\u202f]\d{{3}})+)(?:\.\d+)?"
+    r"|\d*(?:\.\d+)?))"
+    + (_POWER + r"(?!\d|[⁰¹²³⁴⁵⁶⁷⁸⁹])" + _TAIL).replace("{", "{{").replace("}", "}}")
+)
+_NUMBER = re.compile(_NUMBER_PATTERN.format(pre=""), re.DOTALL)
+# The same without powers and with `pre`, the character before the first digit (a
+# lookbehind: it consumes nothing), for `findall` on text where that character alone decides
+# (`_digit_numbers`); and with [0-9] for ASCII text, where it is the same as \d and quicker.
+_FAST = re.compile(
+    _NUMBER_PATTERN.replace(
+        _POWER.replace("{", "{{").replace("}", "}}"),
+        # What may begin a power after the number: then `_scan` reads the text instead.
+        r"(?:(?=(?P<power>[eE×x✕⨉*·^⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺]|\s[×x✕⨉*·])))?",
+    )
+    .replace("(?!\\d|[⁰¹²³⁴⁵⁶⁷⁸⁹])", "(?!\\d)")  # a superscript after it is a power
+    .format(pre=r"(?:(?<=(?P<pre>.)\d))?"),
+    re.DOTALL,
+)
+_FAST_ASCII = re.compile(_FAST.pattern.replace(r"\d", "[0-9]"), re.DOTALL)
+_SIGNS_NEAR = re.compile(r"[-−–]")
+_CURRENCY = "$€£¥"
+_SIGNS = "-−–"
 
-# `_NUMBER` from the first digit of its number on: what a scan finds without trying the
-# pattern's lookbehinds at every position. The same alternatives, with the first digit in
-# front (so the pattern starts with a character set, which a search skips to in C) and the
-# optional space before the scale word, percent sign or unit taken possessively and once for
-# both (none of those starts with a space, so no match is lost or changed). After the first
-# digit, `pre` captures the character before it, if any (a lookbehind: it consumes nothing).
-# `{d}` is \d, or [0-9] for ASCII text, where the two are the same.
-_TAIL_PATTERN = (
-    r"(?P<num>{d}(?:(?<=(?P<pre>.){d}))?"
-    r"(?:{d}{{0,2}}(?:,{d}{{3}})+(?:\.{d}+)?|{d}*(?:\.{d}+)?))(?!{d})"
-    r"(?:\s?+(?P<scale>thousand|million|billion|trillion|mn|bn)\b)?"
-    r"(?:\s?+(?:(?P<pct>%|percent\b|per\s+cent\b)|(?P<unit>°[CF]|[A-Za-z]{{1,3}}\b)))?"
+_SMALL = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13,
+    "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18,
+    "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60,
+    "seventy": 70, "eighty": 80, "ninety": 90,
+}
+_WORD_SCALES = {"hundred": 100, "dozen": 12, "thousand": 10**3, "million": 10**6,
+                "billion": 10**9, "trillion": 10**12}
+_W = "|".join(sorted([*_SMALL, *_WORD_SCALES], key=len, reverse=True))
+_S = "|".join(sorted(_SMALL, key=len, reverse=True))
+_BIG = "hundred|thousand|million|billion|trillion"
+# A run of number words ("forty-two", "one hundred and five", "a dozen"): it starts with a
+# number below a hundred, or "a"/"an" and a scale word ("3 million" is read as digits, so a
+# scale word alone is not a number); "and" only after a scale word.
+# Matched against the lowercased text.
+_WORDS = re.compile(
+    rf"(?<![\w-])(?P<sign>(?<![^\s(\[{{])(?:minus|negative)\s+)?"
+    rf"(?P<words>(?:(?:an?\s+)(?:{_BIG}|dozen)|{_S})"
+    rf"(?:(?:\s*-\s*|\s+|(?:(?<=hundred)|(?<=thousand)|(?<=million)|(?<=billion)"
+    rf"|(?<=trillion))\s+and\s+)(?:{_W}))*)"
+    rf"(?![\w-])" + _TAIL,
 )
-_TAIL = re.compile(_TAIL_PATTERN.format(d=r"\d"), re.DOTALL)
-_TAIL_ASCII = re.compile(_TAIL_PATTERN.format(d="[0-9]"), re.DOTALL)
+_WORD_SPLIT = re.compile(r"[\s-]+")
+# "[1]", "[2, 3]", "[4-6]", "[^7]": citation numbers, whatever the policy's format.
+_BARE_CITATION = re.compile(r"\[\^?\d+(?:\s*[,–-]\s*\^?\d+)*\]")
+_DIGIT = re.compile(r"\d")
+_LETTERS = re.compile(r"[a-z]+")
+_ASCII_LETTERS = bytes.maketrans(
+    bytes(range(128)),
+    bytes(c + 32 if 65 <= c <= 90 else c if 97 <= c <= 122 else 32 for c in range(128)),
+)
+_NUMBER_WORDS = frozenset([*_SMALL, "dozen", "hundred", "thousand", "million", "billion",
+                           "trillion"])
 
 # (value, is_percent, unit or "")
 Quantity = tuple[Decimal, bool, str]
@@ -68,124 +136,220 @@ Quantity = tuple[Decimal, bool, str]
 # long numbers that differ only past the 28th digit compare equal (a wrong number passing).
 _EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
-_CURRENCY = "$€£¥"
-_SIGN = "-−–"
-
-
-def numbers_in(text: str) -> list[Quantity]:
-    """The numbers of `text` as exact values with percent-ness and known unit: those of the
-    matches of `_NUMBER.finditer(text)`, in order.
-
-    A scan finds each digit run that can begin a number, with its `_TAIL`. Before the run, a
-    match may also take a sign, a currency symbol, a space and a "." (".5"); of those only
-    the sign and the "." change the number, so a run with neither among the four characters
-    before it is the tail of the leftmost match exactly when the character before it is no
-    word character, "." or ",". In text without a sign, where no "." precedes a run, that
-    decides every number (the usual text: one `findall`). Otherwise `_scan` tries `_NUMBER`
-    where a sign or "." is near."""
-    if "-" in text or "−" in text or "–" in text:
-        return _scan(text)
-    out: list[Quantity] = []
-    memo = _UNSIGNED
-    for g in (_TAIL_ASCII if text.isascii() else _TAIL).findall(text):
-        pre = g[1]
-        if pre and pre != " ":
-            if pre.isalnum() or pre == "_" or pre == ",":
-                continue  # no match starts at the run, and nothing that could precedes it
-            if pre == ".":
-                return _scan(text)
-        q = memo.get(g)
-        out.append(_unsigned(g) if q is None else q)
-    return out
-
-
-def _scan(text: str) -> list[Quantity]:
-    """`numbers_in` for any text: where a sign or "." is near a digit run, `_leftmost` tries
-    `_NUMBER` at each start a match can have, leftmost first, as `finditer` would. No match
-    starts inside a tail after its first digit (every character there that could start one
-    follows a digit, a letter or a space that the pattern's lookbehinds reject), so the scan
-    resumes after the tail."""
-    out: list[Quantity] = []
-    signed = "-" in text or "−" in text or "–" in text
-    last: re.Match[str] | None = None  # the last number's match
-    for t in (_TAIL_ASCII if text.isascii() else _TAIL).finditer(text):
-        d = t.start()
-        if d:
-            before = text[d - 1]
-            if before.isalnum() or before == "_" or before == ",":
-                continue  # no match starts at d, and no sign, currency, space or "." precedes
-            if before == "." or (signed and _sign_near(text, d)):
-                m = _leftmost(text, 0 if last is None else last.end(), d)
-                if m is not None:
-                    last = m
-                    g = m.groups()
-                    out.append(_quantity(g[0] is not None, g[2:]))
-                continue
-        last = t
-        out.append(_quantity(False, t.group("num", "scale", "pct", "unit")))
-    return out
-
-
-def _sign_near(text: str, d: int) -> bool:
-    """Whether a sign is among the four characters before `d`."""
-    near = text[d - 4 if d > 4 else 0 : d]
-    return "-" in near or "−" in near or "–" in near
-
-
-def _leftmost(text: str, pos: int, d: int) -> re.Match[str] | None:
-    """The `_NUMBER` match that `finditer` finds for the digit run at `d`, resuming at `pos`:
-    it starts at most four characters before the run ([sign][currency][space][.])."""
-    j = d
-    if j > pos and text[j - 1] == ".":
-        j -= 1
-    if j > pos and text[j - 1].isspace():
-        j -= 1
-    if j > pos and text[j - 1] in _CURRENCY:
-        j -= 1
-    if j > pos and text[j - 1] in _SIGN:
-        j -= 1
-    for i in range(j, d + 1):
-        if i:
-            before = text[i - 1]
-            if before.isalnum() or before in "_.,":
-                continue
-        m = _NUMBER.match(text, i)
-        if m is not None:
-            return m
-    return None
-
-
-# The value of a number from its groups (num, scale, pct, unit; None when unmatched),
-# memoised per sign, since the same few numbers recur. Bounded: a full memo starts again, and
-# a number of more than `_MEMO_DIGITS` characters is not kept.
-_Groups = tuple[Any, ...]
-_POSITIVE: dict[_Groups, Quantity] = {}
-_NEGATIVE: dict[_Groups, Quantity] = {}
-# The same for `findall` tuples of `_TAIL` (num, pre, scale, pct, unit; "" when unmatched).
-_UNSIGNED: dict[tuple[str, ...], Quantity] = {}
+# The value of a match from its groups, memoised (the same few numbers recur). Bounded: a
+# full memo starts again, and a number of more than `_MEMO_DIGITS` characters is not kept.
+_MEMO: dict[str, Quantity] = {}
+_FAST_MEMO: dict[tuple[str, ...], Quantity] = {}
 _MAX_MEMO = 4096
 _MEMO_DIGITS = 40
 
 
-def _unsigned(g: tuple[str, ...]) -> Quantity:
-    num, _, scale, pct, unit = g
-    q = _quantity(False, (num, scale or None, pct or None, unit or None))
-    if len(num) <= _MEMO_DIGITS:
-        if len(_UNSIGNED) >= _MAX_MEMO:
-            _UNSIGNED.clear()
-        _UNSIGNED[g] = q
+def numbers_in(text: str) -> list[Quantity]:
+    """The numbers of `text`: those written with digits, in order, then those in words."""
+    digits = _DIGIT.search(text) is not None
+    ascii_text = text.isascii()
+    if ascii_text:  # letters lowercased, everything else a space, in C
+        words = not _NUMBER_WORDS.isdisjoint(
+            text.encode().translate(_ASCII_LETTERS).decode().split()
+        )
+    else:
+        words = not _NUMBER_WORDS.isdisjoint(_LETTERS.findall(text.lower()))
+    if not (digits or words):
+        return []
+    if "[" in text:
+        text = _BARE_CITATION.sub(" ", text)
+    out: list[Quantity] = []
+    if digits:
+        out.extend(_digit_numbers(text, ascii_text))
+    if words:
+        for m in _WORDS.finditer(text.lower()):
+            run = m.group("words")
+            if run == "one":
+                continue  # a pronoun as often as a number
+            g = ("w", m.group("sign"), run, m.group("scale"), m.group("pct"), m.group("unit"))
+            qs = _WORD_MEMO.get(g)
+            if qs is None:
+                qs = _words(g)
+                if len(run) <= _MEMO_DIGITS:
+                    if len(_WORD_MEMO) >= _MAX_MEMO:
+                        _WORD_MEMO.clear()
+                    _WORD_MEMO[g] = qs
+            out.extend(qs)
+    return out
+
+
+def _digit_numbers(text: str, ascii_text: bool) -> list[Quantity]:
+    """The numbers written with digits, in order. Only a sign or a "." before a digit run
+    changes its value (a currency symbol or a space does not): in text without a sign, where
+    no "." stands before a run, the character before each run decides it (one `findall`)."""
+    if "-" in text or "−" in text or "–" in text:
+        return _scan(text)
+    out: list[Quantity] = []
+    memo = _FAST_MEMO
+    for g in (_FAST_ASCII if ascii_text else _FAST).findall(text):
+        if g[2]:
+            return _scan(text)  # a power may follow (read, even inside a word, by `_scan`)
+        pre = g[1]
+        if pre and pre != " ":
+            if pre.isalnum() or pre == "_" or pre == ",":
+                continue  # inside a word or a number ("A4")
+            if pre == ".":
+                return _scan(text)
+        q = memo.get(g)
+        if q is None:
+            num, _, _, scale, pct, unit = g
+            q = _digits((num, None, None, None, None, None, scale or None, pct or None,
+                         unit or None))
+            if len(g[0]) <= _MEMO_DIGITS:
+                if len(memo) >= _MAX_MEMO:
+                    memo.clear()
+                memo[g] = q
+        out.append(q)
+    return out
+
+
+def _scan(text: str) -> list[Quantity]:
+    """`_digit_numbers` for any text: each match's start is read by `_number_at`."""
+    out: list[Quantity] = []
+    memo = _MEMO
+    for m in _NUMBER.finditer(text):
+        d = m.start()
+        negative = False
+        if d:
+            before = text[d - 1]
+            if before.isalnum() or before == "_" or before == ",":
+                continue  # inside a word or a number ("A4", "v2.1.3")
+            if before == "." or _SIGNS_NEAR.search(text, max(d - 4, 0), d):
+                lead, negative = _number_at(text, d)
+                if lead is None:
+                    continue
+                if lead:
+                    g = m.groups()
+                    num = g[0]
+                    if "." in num or "," in num:  # ".1.2": the number is ".1"
+                        digits = re.match(r"\d+", num)
+                        assert digits is not None
+                        out.append(_finish(Decimal("." + digits.group()), None, None, None))
+                        continue
+                    led = _digits((lead + num, *g[1:]))
+                    out.append(_negate(led) if negative else led)
+                    continue
+        key = m.group()  # the value depends on the matched text only
+        q = memo.get(key)
+        if q is None:
+            q = _remember(key, _digits(m.groups()))
+        out.append(_negate(q) if negative else q)
+    return out
+
+
+def _number_at(text: str, d: int) -> tuple[str | None, bool]:
+    """What stands before the digit run at `d`: None when it is part of something else (the
+    ".3" of "2.1.3"), else "." for ".5" or "", and whether a sign makes it negative. A sign
+    counts at a word start, before an optional currency symbol and one space."""
+    lead = ""
+    j = d
+    if text[j - 1] == ".":
+        if j >= 2 and (text[j - 2].isalnum() or text[j - 2] in "_.,"):
+            return None, False
+        lead = "."
+        j -= 1
+    if j and text[j - 1].isspace():
+        j -= 1
+    if j and text[j - 1] in _CURRENCY:
+        j -= 1
+    negative = bool(j) and text[j - 1] in _SIGNS and (
+        j == 1 or text[j - 2].isspace() or text[j - 2] in "([{"
+    )
+    return lead, negative
+
+
+def _negate(q: Quantity) -> Quantity:
+    return (_EXACT.minus(q[0]), q[1], q[2])
+
+
+_WORD_MEMO: dict[tuple[str | None, ...], list[Quantity]] = {}
+
+
+def _remember(key: str, q: Quantity) -> Quantity:
+    if len(key) <= _MEMO_DIGITS:
+        if len(_MEMO) >= _MAX_MEMO:
+            _MEMO.clear()
+        _MEMO[key] = q
     return q
 
 
-def _quantity(negative: bool, groups: _Groups) -> Quantity:
-    memo = _NEGATIVE if negative else _POSITIVE
-    q = memo.get(groups)
-    if q is not None:
-        return q
-    num, scale, pct, unit = groups
-    value = Decimal(num.replace(",", "") if "," in num else num)
-    if negative:
-        value = _EXACT.minus(value)
+def _signed(text: str) -> str:
+    return text.replace("−", "-")
+
+
+def _digits(g: tuple[str | Any, ...]) -> Quantity:
+    """The value of a `_NUMBER` match from its groups."""
+    num, exp, pw, sup, caret, sup10, scale, pct, unit = g
+    if unit is not None and len(num) == 4 and unit in ("s", "S") and num.isdigit():
+        unit = None  # "1970s": a decade, not seconds
+    assert num is not None
+    value = Decimal(num.replace(",", "").replace("\u2009", "").replace("\u202f", ""))
+    if exp is not None or pw is not None:  # m e p, m × 10^p
+        value = value.scaleb(int(_signed(exp or pw or "")), _EXACT)
+    elif sup is not None:  # m × 10 with a superscript power
+        value = value.scaleb(int(sup.translate(_SUPER)), _EXACT)
+    elif caret is not None:  # b^p
+        p = int(_signed(caret))
+        if num == "10":
+            value = Decimal(1).scaleb(p, _EXACT)
+        elif 0 < p <= 16 and len(num) <= 16:
+            value = _EXACT.power(value, p)
+        elif p == 0:
+            value = Decimal(1)
+    elif sup10 is not None and num == "10":  # 10⁴; after any other number, a footnote
+        value = Decimal(1).scaleb(int(sup10.translate(_SUPER)), _EXACT)
+    return _finish(value, scale, pct, unit)
+
+
+def _words(g: tuple[str | None, ...]) -> list[Quantity]:
+    """The numbers of a run of number words: "twenty one" is 21, "two three" is 2 and 3."""
+    _, sign, run, scale, pct, unit = g
+    assert run is not None
+    values: list[int] = []
+    total = current = 0
+    room: int | None = None  # what can still be added to `current`; None: nothing started
+    for w in _WORD_SPLIT.split(run):
+        if w in ("a", "an", "and", ""):
+            continue
+        small = _SMALL.get(w)
+        if small is not None:
+            if room is not None and small >= room:
+                values.append(total + current)
+                total = current = 0
+            current += small
+            room = 10 if small >= 20 and room != 10 else 0
+        elif w == "hundred":
+            if room is not None and (current >= 100 or room == 100):
+                values.append(total + current)
+                total = current = 0
+            current = (current or 1) * 100
+            room = 100
+        elif w == "dozen":
+            current = (current or 1) * 12
+            room = 0
+        else:
+            scale_value = _WORD_SCALES[w]
+            total += (current or 1) * scale_value
+            current = 0
+            room = scale_value
+    values.append(total + current)
+    out: list[Quantity] = []
+    for k, v in enumerate(values):
+        value = Decimal(v)
+        if sign and k == 0:
+            value = _EXACT.minus(value)
+        last = k == len(values) - 1
+        out.append(_finish(value, scale if last else None, pct if last else None,
+                           unit if last else None))
+    return out
+
+
+def _finish(value: Decimal, scale: str | None, pct: str | None, unit: str | None) -> Quantity:
     if scale:
         value = _EXACT.multiply(value, _SCALES[scale.lower()])
     u = ""
@@ -193,12 +357,7 @@ def _quantity(negative: bool, groups: _Groups) -> Quantity:
         u = unit.lower()
         if u not in _UNITS:
             u = ""
-    q = (value.normalize(_EXACT), pct is not None, u)
-    if len(num) <= _MEMO_DIGITS:
-        if len(memo) >= _MAX_MEMO:
-            memo.clear()
-        memo[groups] = q
-    return q
+    return (value.normalize(_EXACT), pct is not None, u)
 
 
 def _found(q: Quantity, sources: list[SourceText]) -> bool:

@@ -1,0 +1,259 @@
+"""DESIGN §4's claim rules, once per rule: headings, code, whole-claim exemptions, list labels;
+and the segmenter's promises for streams (same claims for any split, bounded window)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.citations import CitationParser
+from gateway.claims import MAX_GROUP, ClaimSegmenter, Segment, exempt_match, list_label_end, segment
+from gateway.policy import DEFAULT_EXEMPT, Citations, ClaimsSpec
+from tests.test_claims_fast import split_texts
+
+PARSER = CitationParser(Citations())
+EXEMPT = [re.compile(p) for p in DEFAULT_EXEMPT]
+
+
+def texts(text: str, **kw: object) -> list[str]:
+    segs = segment(text, PARSER, EXEMPT, **kw)  # type: ignore[arg-type]
+    for s in segs:
+        assert text[s.start : s.end] == s.text
+    return [s.text for s in segs]
+
+
+def fed(text: str, deltas: list[str], **kw: object) -> list[Segment]:
+    seg = ClaimSegmenter(PARSER, EXEMPT, **kw)  # type: ignore[arg-type]
+    out = [s for d in deltas for s in seg.feed(d)]
+    return out + seg.finish()
+
+
+# -- headings ----------------------------------------------------------------------------------
+
+NINE = "One two three four five six seven eight nine"
+FORTY_TWO = "The base has forty two reactors in the desert"
+
+
+@pytest.mark.parametrize(
+    ("heading", "claim"),
+    [
+        ("# Overview", None),
+        ("## Battery and charging", None),
+        ("### One two three four five six seven eight", None),
+        ("## Results [a:1]", None),  # markers are not words
+        ("## Summary ##", None),  # nor is a closing sequence
+        ("## The base has 42 reactors", "The base has 42 reactors"),  # a digit
+        ("# Results of 2021", "Results of 2021"),
+        ("## One two three four five six seven eight nine", NINE),
+        ("## The base has forty two reactors in the desert", FORTY_TWO),
+        ("#   The base has 42 reactors [a:1]  ", "The base has 42 reactors [a:1]"),
+    ],
+)
+def test_a_heading_is_a_claim_unless_a_title(heading: str, claim: str | None) -> None:
+    want = [] if claim is None else [claim]
+    assert texts(f"{heading}\nBody [a:1].") == [*want, "Body [a:1]."]
+    assert texts(f"Before [a:1]\n{heading}") == ["Before [a:1]", *want]
+
+
+def test_title_words_is_a_policy_setting() -> None:
+    assert texts("## Battery and charging\nX [a:1].", title_words=2) == [
+        "Battery and charging", "X [a:1].",
+    ]
+    assert texts("## Battery and charging", title_words=3) == []
+    assert ClaimsSpec().title_words == 8 and ClaimsSpec().code == "exempt"
+
+
+def test_a_heading_of_two_sentences_is_two_claims_and_ends_with_its_line() -> None:
+    assert texts("## It has 4 rooms. It is old\ncontinued [a:1].") == [
+        "It has 4 rooms.", "It is old", "continued [a:1].",
+    ]
+
+
+# -- code --------------------------------------------------------------------------------------
+
+
+CODE = "Intro [a:1].\n```python\nx = 42. The base has 42 reactors.\n\nprint(x)\n```\nAfter [a:1]."
+
+
+def test_fenced_code_is_exempt_by_default_and_checked_with_code_check() -> None:
+    assert texts(CODE) == ["Intro [a:1].", "After [a:1]."]
+    assert texts(CODE, code="check") == [
+        "Intro [a:1].", "x = 42.", "The base has 42 reactors.", "print(x)", "After [a:1].",
+    ]
+    # An unclosed fence runs to the end of the text.
+    assert texts("Yes [a:1].\n~~~\nThe base has 42 reactors", code="check") == [
+        "Yes [a:1].", "The base has 42 reactors",
+    ]
+
+
+def test_indented_text_is_prose_not_code() -> None:
+    assert texts("Intro [a:1].\n\n    The base has 42 reactors.\n") == [
+        "Intro [a:1].", "The base has 42 reactors.",
+    ]
+
+
+# -- exemptions --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I don't know.",
+        "I don’t know.",
+        "I do not know the answer to that question.",
+        "I'm not sure.",
+        "I cannot find that in the provided context.",
+        "The provided context does not mention this.",
+        "I don't know [a:1].",
+        "  I don't know  ",
+    ],
+)
+def test_abstentions_are_exempt(text: str) -> None:
+    segs = segment(text, PARSER, EXEMPT)
+    assert [s.exempt for s in segs] == [True]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I don't know, but the base has 42 reactors.",
+        "I don't know why the base has 42 reactors.",
+        "I'm not sure the base has 42 reactors.",
+        "The context does not mention that the base was closed in 1970, which it was.",
+        "The base has 42 reactors. I don't know",
+        "I don't know [a:1] the base has 42 reactors.",
+    ],
+)
+def test_an_abstention_with_a_claim_is_a_claim(text: str) -> None:
+    segs = segment(text, PARSER, EXEMPT)
+    assert segs and not any(s.exempt and "42" in s.text for s in segs)
+    assert not any(s.exempt and "1970" in s.text for s in segs)
+
+
+def test_exempt_match_needs_the_whole_claim() -> None:
+    pats = [re.compile(r"Disclaimer: .*"), re.compile(r"(?i)n/a\.?")]
+    assert exempt_match("Disclaimer: none", [], pats)
+    assert not exempt_match("See Disclaimer: none", [], pats)
+    assert exempt_match("N/A [a:1].", [(4, 9)], pats)
+    assert not exempt_match("N/A or 42 [a:1].", [(10, 15)], pats)
+    assert not exempt_match("I don't know.", [], [])
+
+
+# -- list labels -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "label", ["1.", "2)", "(3)", "12.", "a.", "b)", "(c)", "C)", "(D)", "iv.", "ii)", "(iii)",
+              "-", "*", "+", "•", "◦", "▪", "‣", "–"],
+)
+def test_list_labels_are_dropped(label: str) -> None:
+    assert texts(f"Intro [a:1].\n{label} Choose the 5 kW mode [a:1].") == [
+        "Intro [a:1].", "Choose the 5 kW mode [a:1].",
+    ]
+    assert list_label_end(f"{label} Choose the 5 kW mode.") == len(label) + 1
+    assert list_label_end(f"  {label}\tChoose") == len(label) + 3
+
+
+@pytest.mark.parametrize(
+    "text", ["1970. The base opened.", "1970) The base opened.", "-5 degrees.", "A. Smith.",
+             "Choose 1.", "1.", "e.g. this", "ab) no"],
+)
+def test_what_is_not_a_label(text: str) -> None:
+    assert list_label_end(text) == 0
+
+
+def test_a_long_number_starts_an_item_but_stays_in_the_claim() -> None:
+    assert texts("Intro [a:1]\n1970. The base opened [a:1].") == [
+        "Intro [a:1]", "1970.", "The base opened [a:1].",
+    ]
+
+
+# -- streams -----------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(split_texts(), st.sampled_from([(8, "exempt"), (2, "check"), (0, "check")]))
+def test_any_split_gives_the_same_claims_with_every_setting(
+    sample: tuple[str, list[str]], setting: tuple[int, str]
+) -> None:
+    text, deltas = sample
+    words, code = setting
+    assert fed(text, deltas, title_words=words, code=code) == segment(
+        text, PARSER, EXEMPT, title_words=words, code=code  # type: ignore[arg-type]
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(split_texts(), st.sampled_from(["exempt", "check"]))
+def test_released_claims_depend_only_on_the_text_seen(
+    sample: tuple[str, list[str]], code: str
+) -> None:
+    _, deltas = sample
+    seg = ClaimSegmenter(PARSER, EXEMPT, code=code)  # type: ignore[arg-type]
+    got: list[Segment] = []
+    seen = ""
+    for d in deltas:
+        got.extend(seg.feed(d))
+        seen += d
+        assert got == ClaimSegmenter(PARSER, EXEMPT, code=code).feed(seen)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "The station has 42 pumps [a:1]. ",  # sentences
+        "word " * 5,  # one sentence that never ends
+        "[an unclosed bracket with spaces ",  # a "[" that never closes
+        "e.g. ",  # abbreviations: no sentence ends
+    ],
+)
+def test_a_long_line_is_walked_with_a_bounded_window(unit: str) -> None:
+    # Whatever one line holds, the segmenter keeps only the open claim and a bounded tail
+    # after its last cut: each delta costs the same however long the line has grown.
+    seg = ClaimSegmenter(PARSER, EXEMPT)
+    text = unit * 400
+    longest = 0
+    segs: list[Segment] = []
+    for i in range(0, len(text), 7):
+        segs.extend(seg.feed(text[i : i + 7]))
+        longest = max(longest, len(seg._buf))
+    assert longest <= MAX_GROUP + 2 * len(unit) + 16
+    segs.extend(seg.finish())
+    assert segs == segment(text, PARSER, EXEMPT)
+
+
+def test_an_undecided_line_is_not_joined_per_delta() -> None:
+    # A line of rule characters stays undecided until it ends; its deltas wait unjoined.
+    seg = ClaimSegmenter(PARSER, EXEMPT)
+    seg.feed("Intro [a:1].\n")
+    for _ in range(2000):
+        assert seg.feed("- ") == []
+    assert len(seg._buf) < 20
+    assert [s.text for s in seg.feed("x\n")] == ["Intro [a:1]."]
+
+
+def test_a_bracket_group_longer_than_max_group_is_prose() -> None:
+    body = "a:" + "b" * MAX_GROUP
+    assert segment(f"Foo [{body}].", PARSER)[0].citations == ()
+    short = "a:" + "b" * (MAX_GROUP - 2)
+    assert [c.id for c in segment(f"Foo [{short}].", PARSER)[0].citations] == [short]
+
+
+@pytest.mark.parametrize(
+    ("text", "exempt"),
+    [
+        ("I cannot answer questions about other employees' salaries.", True),
+        ("I can't help with that.", True),
+        ("I can't help with that, but the base has 42 reactors.", False),
+        ("I cannot answer questions about the 42 reactors.", False),
+        ("I cannot answer questions about the forty reactors.", False),
+        ("I cannot discuss why the base was closed because it leaked radiation.", False),
+        ("I cannot discuss the base which leaked radiation.", False),
+        ("I cannot answer questions about the base and its leaking reactors today.", False),
+    ],
+)
+def test_a_refusal_with_a_short_topic_is_exempt(text: str, exempt: bool) -> None:
+    assert [s.exempt for s in segment(text, PARSER, EXEMPT)] == [exempt]
