@@ -152,6 +152,10 @@ class SSEDecoder:
             self._has_data = True
             return None
         if name == "event":
+            if self._event is not None:
+                # A second `event:` in one block overwrites the first, which no client acts
+                # on but a relayed stream would still carry: never relayed as it is.
+                self.undefined += 1
             self._event = value
             return None
         self.undefined += 1

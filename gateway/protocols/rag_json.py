@@ -73,6 +73,22 @@ def _citation_id(value: object) -> str:
     raise ProtocolError("rag-json: a claim citation is neither an id nor an object with one")
 
 
+def _claim_item(item: object, rag: RagSpec) -> object:
+    """A structured claim as the client gets it: its text and its citations' ids, nothing
+    else (a `note` or a citation's `title` beside them would be unverified text)."""
+    if not isinstance(item, Mapping):
+        return item
+    out: Json = {}
+    if rag.claim_text in item:
+        out[rag.claim_text] = item[rag.claim_text]
+    cits = item.get(rag.claim_citations)
+    if isinstance(cits, list):
+        out[rag.claim_citations] = [
+            {"id": c.get("id")} if isinstance(c, Mapping) else c for c in cits
+        ]
+    return out
+
+
 def parse_body(body: object, rag: RagSpec) -> Answer:
     if not isinstance(body, Mapping):
         raise ProtocolError("rag-json: response body is not a JSON object")
@@ -270,6 +286,13 @@ class RagJson:
             return {}
         for pointer in spec.keep if spec is not None else ():
             _keep(body, answer.body, jsonpointer.parse(pointer))
+        rag = spec if spec is not None else (specs[0] if specs else RagSpec(answer="/answer"))
+        for c in answer.channels:
+            if c.structured is not None:
+                tokens = [str(p) for p in c.path]
+                items = jsonpointer.resolve(body, tokens)
+                if isinstance(items, list):
+                    _set(body, tokens, [_claim_item(item, rag) for item in items])
         return body
 
     def _template(self, answer: Answer, policy: Policy, text: str) -> Json:

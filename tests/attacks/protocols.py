@@ -1124,8 +1124,10 @@ def _dup_stream(spec: ProtocolSpec, reverse: bool) -> Callable[[], bytes] | None
 
 def _dup_top(spec: ProtocolSpec) -> Callable[[], bytes]:
     def build() -> bytes:
-        raw = json.dumps(spec.body(GOOD))
-        return ('{"model": ' + json.dumps(BAD) + ", " + raw[1:]).encode()
+        body = spec.body(GOOD)
+        key = next(iter(body))  # a key the body really has: its first one, repeated
+        rest = json.dumps(body)[1:]
+        return ("{" + json.dumps(key) + ": " + json.dumps(BAD) + ", " + rest).encode()
 
     return build
 
