@@ -360,6 +360,13 @@ def configure_logging(stream: TextIO | None = None, level: str | int = "info") -
     _direct = (processors, writer)
     root.addHandler(handler)
     root.setLevel(min_level)
+    # uvicorn's default dictConfig, applied by any server started in this process without
+    # `log_config=None`, gives its loggers handlers of their own and stops them propagating:
+    # their records would then bypass the redacting writer. Route them through the root.
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi"):
+        named = logging.getLogger(name)
+        named.handlers.clear()
+        named.propagate = True
 
 
 def reset_logging() -> None:
