@@ -12,7 +12,7 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -584,6 +584,11 @@ class _Exchange:
                     # The stream's claims were verified as they came: what is left is small,
                     # and queueing it behind whole answers would only delay its release.
                     answer, judgement, verify_seconds = _judge(*args)
+                if pipeline.judge_pass is not None:  # claims the lexical tier left to the judge
+                    judged = await pipeline.resolve_judge(judgement, request)
+                    if judged.judge is not None:
+                        verify_seconds += judged.judge.seconds
+                    judgement = judged
             except Exception as e:  # an unusable answer, or the upstream failed
                 await self.fail(e)
                 return
@@ -768,6 +773,9 @@ class _Exchange:
         outcome: Outcome | None = judgement.outcome if judgement is not None else None
         if report is not None:
             m.observe_verification(route, report)
+        judged = judgement.judge if judgement is not None else None
+        if judged is not None:
+            m.observe_judge(route, judged)
         audit.audit_event(
             request_id=self.request_id,
             route=route,
@@ -785,6 +793,10 @@ class _Exchange:
             include_text=pipeline.policy.audit.include_text,
             cause=self.cause,
             path=self.path_qs[:_LOGGED_PATH_MAX],  # its credentials redacted by audit.py
+            **cast(
+                "dict[str, Any]",
+                {"judge": judged.audit(pipeline.policy.audit.include_text)} if judged else {},
+            ),
         )
         if report is not None and outcome is not None and outcome.decision is Decision.REVIEW:
             audit.review_requested(
