@@ -19,6 +19,7 @@ import orjson
 from gateway import audit, paths, retry
 from gateway.deferred import Deferred
 from gateway.errors import BodyTooLarge, GatewayError, ProtocolError, map_exception
+from gateway.judge.client import close_clients as close_judge_clients
 from gateway.metrics import Metrics
 from gateway.pipeline import Judgement, KnownVerdicts, Pipelines, RoutePipeline, dumps
 from gateway.policy import PolicyStore
@@ -113,6 +114,7 @@ class ProxyApp:
                 elif message["type"] == "lifespan.shutdown":
                     self.deferred.flush()
                     await self.upstream.aclose()
+                    await close_judge_clients()
                     await send({"type": "lifespan.shutdown.complete"})
                     return
 

@@ -88,8 +88,8 @@ class JudgeClient:
         self.timeout = timeout
         self.retries = retries
         self.max_concurrency = max_concurrency
-        self.circuit = circuit or Circuit(5, 30.0)
-        self.cache = cache or VerdictCache(0, 1.0)
+        self.circuit = circuit if circuit is not None else Circuit(5, 30.0)
+        self.cache = cache if cache is not None else VerdictCache(0, 1.0)
         # Per-call limits are applied with asyncio.timeout; the pool's own are a backstop.
         t = Timeouts(connect=timeout, read=timeout, total=timeout)
         self._upstream = connect(url, t, Limits(max_response_bytes=_MAX_BODY, pool_size=256))
@@ -243,6 +243,12 @@ def client_for(spec: Any, connect: UpstreamFactory | None = None) -> JudgeClient
             connect=connect or _default_upstream,
         )
     return client
+
+
+async def close_clients() -> None:
+    """Close the shared clients' idle connections (at shutdown, on the loop that used them)."""
+    for client in list(_CLIENTS.values()):
+        await client.aclose()
 
 
 def reset_clients() -> None:
