@@ -27,7 +27,7 @@ Step = str  # ok | slow | 500 | 429 | malformed | wrong_count | duplicate | extr
 
 
 def default_label(claim: str) -> str:
-    """YES unless the claim says otherwise: a claim holding "unsupported" is NO, "partly" PARTIAL."""
+    """YES, unless the claim holds "unsupported" (NO) or "partly" (PARTIAL)."""
     if "unsupported" in claim.lower():
         return "NO"
     if "partly" in claim.lower():
