@@ -147,8 +147,14 @@ class JudgePass:
         self.prompt_version = (
             f"tei-{spec.label}-{spec.threshold}" if self.backend == "tei" else self.prompt.version
         )
-        self.client = client or client_for(spec, connect)
+        self._client = client
+        self._connect = connect
         self.yes = {"YES", "PARTIAL"} if spec.on_partial == "pass" else {"YES"}
+
+    @property
+    def client(self) -> JudgeClient:
+        """The shared client of this endpoint on the running loop."""
+        return self._client or client_for(self.spec, self._connect)
 
     # -- planning ----------------------------------------------------------------------------
 

@@ -217,7 +217,12 @@ _CLIENTS: dict[tuple[object, ...], JudgeClient] = {}
 def client_for(spec: Any, connect: UpstreamFactory | None = None) -> JudgeClient:
     """The process's client for a `support.judge` spec: one per endpoint and settings, so the
     circuit, the concurrency limit and the cache outlive policy reloads that keep them."""
+    try:
+        loop: object = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
     key = (
+        id(loop),  # connections belong to one event loop (one per process when serving)
         spec.backend,
         spec.url,
         spec.key,
@@ -246,9 +251,12 @@ def client_for(spec: Any, connect: UpstreamFactory | None = None) -> JudgeClient
 
 
 async def close_clients() -> None:
-    """Close the shared clients' idle connections (at shutdown, on the loop that used them)."""
-    for client in list(_CLIENTS.values()):
-        await client.aclose()
+    """Close and forget the running loop's clients (at shutdown)."""
+    here = id(asyncio.get_running_loop())
+    for key, client in list(_CLIENTS.items()):
+        if key[0] == here:
+            del _CLIENTS[key]
+            await client.aclose()
 
 
 def reset_clients() -> None:
