@@ -667,11 +667,14 @@ class _Exchange:
             except ProtocolError as e:
                 await self._error(pipeline, 502, "bad_upstream_answer", str(e))
                 return
-            release = ProgressiveRelease(pipeline, ctx, self.request_id, include_usage)
+            release = ProgressiveRelease(pipeline, ctx, self.request_id, include_usage, request)
             await self.start(200, SSE, _verified_headers(s.headers), decision="progressive")
             decoder = SSEDecoder()
             try:
-                async for chunk in s.iter_bytes():
+                chunks = s.iter_bytes()
+                if release.judged:  # verdicts arriving between chunks release their claims
+                    chunks = release.interleave(chunks)
+                async for chunk in chunks:
                     out = release.feed(decoder.feed(chunk))
                     if out:
                         await self.body(out, more=True)
@@ -679,7 +682,8 @@ class _Exchange:
                         break  # blocked or broken: the upstream is hung up on as the block exits
                 last = decoder.finish()
                 release.verifier.sse_undefined = decoder.undefined
-                out = release.feed(last) + release.finish()
+                out = release.feed(last)
+                out += await release.afinish() if release.judged else release.finish()
             except Exception as e:  # mapped at the boundary (gateway/errors.py)
                 out = release.abort(f"upstream failed: {self._mapped(e)}")
             self.upstream_seconds += time.perf_counter() - t0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,3 +185,56 @@ def test_audit_event_has_prompt_version_and_verdicts_not_rationale(
         assert "scripted" in out.getvalue() if include_text == "true" else (
             "scripted" not in out.getvalue()
         )
+
+
+# -- progressive: a claim's judge call starts when it is complete, while the stream goes on ----
+
+P1 = "The Hadley reactor is near Oslo [rx:1]. "
+P2 = "The Hadley reactor is unsupported near Bergen [rx:1]. "
+P3 = "The Hadley reactor was commissioned in 1971 [rx:1]."
+SLOW = Stream(openai_sse(P1 + P2 + P3, chunk_size=8), seed=5, max_piece=128, delay=0.03)
+
+
+@pytest.fixture(scope="module")
+def progressive(
+    judge_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    up = create_upstream({"slow": SLOW})
+    with serve(up) as url:
+        yield from _gateway(
+            tmp_path_factory.mktemp("jp"), url, judge_url,
+            streaming="progressive", on_unverified="strip",
+        )
+
+
+def _stream(gw: Gateway) -> tuple[list[tuple[float, str]], float]:
+    """(arrival time, content delta) of each delta, and the time the stream ended."""
+    body = {"model": "m", "stream": True, "messages": [
+        {"role": "system", "content": CONTEXT}, {"role": "user", "content": "slow"}]}
+    t0 = time.monotonic()
+    deltas: list[tuple[float, str]] = []
+    with httpx.stream("POST", f"{gw.url}/v1/chat/completions", json=body, timeout=10) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                for choice in json.loads(line[6:]).get("choices") or []:
+                    text = (choice.get("delta") or {}).get("content")
+                    if text:
+                        deltas.append((time.monotonic() - t0, text))
+    return deltas, time.monotonic() - t0
+
+
+def test_progressive_releases_claims_in_order_as_verdicts_arrive(
+    progressive: Gateway, script: JudgeScript
+) -> None:
+    script.delay = 0.25
+    before = len(script.calls)
+    deltas, total = _stream(progressive)
+    text = "".join(t for _, t in deltas)
+    assert text.startswith(P1 + P3)  # the unsupported claim stripped, the others in order
+    assert "Bergen" not in text
+    assert len(script.calls) - before == 3  # one call per claim
+    # The first claim went out while the upstream was still streaming the rest: its judge
+    # call did not wait for the stream to end.
+    first = deltas[0][0]
+    assert first < total - 0.3, (first, total)

@@ -57,6 +57,24 @@ class JudgeStats:
     claims: list[dict[str, Any]] = field(default_factory=list)  # per-claim audit entries
     rationales: dict[int, list[str]] = field(default_factory=dict)
 
+    def merge(self, other: JudgeStats) -> JudgeStats:
+        """Both passes' work as one (a progressive stream judges claim by claim)."""
+        verdicts = dict(self.verdicts)
+        for k, v in other.verdicts.items():
+            verdicts[k] = verdicts.get(k, 0) + v
+        return JudgeStats(
+            self.prompt_version,
+            self.model,
+            [*self.calls, *other.calls],
+            verdicts,
+            self.cache_hits + other.cache_hits,
+            self.cache_misses + other.cache_misses,
+            self.seconds + other.seconds,
+            other.circuit_open,
+            [*self.claims, *other.claims],
+            {**self.rationales, **other.rationales},
+        )
+
     def usage(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for c in self.calls:
