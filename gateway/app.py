@@ -12,13 +12,14 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from gateway import audit, paths, retry
 from gateway.deferred import Deferred
 from gateway.errors import BodyTooLarge, GatewayError, ProtocolError, map_exception
+from gateway.judge.client import close_clients as close_judge_clients
 from gateway.metrics import Metrics
 from gateway.pipeline import Judgement, KnownVerdicts, Pipelines, RoutePipeline, dumps
 from gateway.policy import PolicyStore
@@ -113,6 +114,7 @@ class ProxyApp:
                 elif message["type"] == "lifespan.shutdown":
                     self.deferred.flush()
                     await self.upstream.aclose()
+                    await close_judge_clients()
                     await send({"type": "lifespan.shutdown.complete"})
                     return
 
@@ -584,6 +586,11 @@ class _Exchange:
                     # The stream's claims were verified as they came: what is left is small,
                     # and queueing it behind whole answers would only delay its release.
                     answer, judgement, verify_seconds = _judge(*args)
+                if pipeline.judge_pass is not None:  # claims the lexical tier left to the judge
+                    judged = await pipeline.resolve_judge(judgement, request)
+                    if judged.judge is not None:
+                        verify_seconds += judged.judge.seconds
+                    judgement = judged
             except Exception as e:  # an unusable answer, or the upstream failed
                 await self.fail(e)
                 return
@@ -660,11 +667,14 @@ class _Exchange:
             except ProtocolError as e:
                 await self._error(pipeline, 502, "bad_upstream_answer", str(e))
                 return
-            release = ProgressiveRelease(pipeline, ctx, self.request_id, include_usage)
+            release = ProgressiveRelease(pipeline, ctx, self.request_id, include_usage, request)
             await self.start(200, SSE, _verified_headers(s.headers), decision="progressive")
             decoder = SSEDecoder()
             try:
-                async for chunk in s.iter_bytes():
+                chunks = s.iter_bytes()
+                if release.judged:  # verdicts arriving between chunks release their claims
+                    chunks = release.interleave(chunks)
+                async for chunk in chunks:
                     out = release.feed(decoder.feed(chunk))
                     if out:
                         await self.body(out, more=True)
@@ -672,7 +682,8 @@ class _Exchange:
                         break  # blocked or broken: the upstream is hung up on as the block exits
                 last = decoder.finish()
                 release.verifier.sse_undefined = decoder.undefined
-                out = release.feed(last) + release.finish()
+                out = release.feed(last)
+                out += await release.afinish() if release.judged else release.finish()
             except Exception as e:  # mapped at the boundary (gateway/errors.py)
                 out = release.abort(f"upstream failed: {self._mapped(e)}")
             self.upstream_seconds += time.perf_counter() - t0
@@ -768,6 +779,9 @@ class _Exchange:
         outcome: Outcome | None = judgement.outcome if judgement is not None else None
         if report is not None:
             m.observe_verification(route, report)
+        judged = judgement.judge if judgement is not None else None
+        if judged is not None:
+            m.observe_judge(route, judged)
         audit.audit_event(
             request_id=self.request_id,
             route=route,
@@ -785,6 +799,10 @@ class _Exchange:
             include_text=pipeline.policy.audit.include_text,
             cause=self.cause,
             path=self.path_qs[:_LOGGED_PATH_MAX],  # its credentials redacted by audit.py
+            **cast(
+                "dict[str, Any]",
+                {"judge": judged.audit(pipeline.policy.audit.include_text)} if judged else {},
+            ),
         )
         if report is not None and outcome is not None and outcome.decision is Decision.REVIEW:
             audit.review_requested(

@@ -171,6 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="summarise an audit JSONL file")
     report.add_argument("audit")
     _add_format_flag(report)
+
+    evaluate = sub.add_parser("eval", help="score a policy's checks against labelled claims")
+    evaluate.add_argument("--policy", required=True)
+    evaluate.add_argument("data", help="JSONL: claim, references, label, optional question, src")
+    _add_format_flag(evaluate)
     return parser
 
 
@@ -254,6 +259,10 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
             from gateway.report import run
 
             return run(args.audit, out, fmt=output_format(args.format, out))
+        case "eval":
+            from gateway.eval import run as run_eval
+
+            return run_eval(args.policy, args.data, out, fmt=output_format(args.format, out))
         case _:
             raise AssertionError(f"unhandled command {args.command!r}")
 

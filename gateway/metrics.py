@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -34,6 +34,9 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 
 from .types import Decision, Report
+
+if TYPE_CHECKING:
+    from .checks.judge import JudgeStats
 
 ROUTE_PASSTHROUGH: Final = "passthrough"
 ROUTE_UNROUTED: Final = "unrouted"
@@ -297,6 +300,45 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemax",
         )
+        # The judge pass (DESIGN §10).
+        self.judge_calls = Counter(
+            "citewarden_judge_calls",
+            "Judge calls (attempts) by outcome: ok, timeout, deadline, circuit_open, ...",
+            ["route", "outcome"],
+            registry=r,
+        )
+        self.judge_seconds = Histogram(
+            "citewarden_judge_seconds",
+            "Time one answer's judge pass took.",
+            ["route"],
+            buckets=UPSTREAM_BUCKETS,
+            registry=r,
+        )
+        self.judge_verdicts = Counter(
+            "citewarden_judge_verdicts",
+            "Judge verdicts (YES, PARTIAL, NO) per judged unit.",
+            ["route", "verdict"],
+            registry=r,
+        )
+        self.judge_cache = Counter(
+            "citewarden_judge_cache",
+            "Judge verdict cache lookups by result (hit, miss).",
+            ["route", "result"],
+            registry=r,
+        )
+        self.judge_circuit_open = Gauge(
+            "citewarden_judge_circuit_open",
+            "1 while the judge endpoint's circuit breaker is open (or half-open), else 0.",
+            ["route"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.judge_tokens = Counter(
+            "citewarden_judge_tokens",
+            "Judge token usage by kind (prompt, completion).",
+            ["route", "kind"],
+            registry=r,
+        )
         # prometheus_client cannot remove a series from its multiprocess files (and warns).
         self._multiprocess = "PROMETHEUS_MULTIPROC_DIR" in os.environ
         self._routes: dict[str, _RouteMetrics] = {}
@@ -341,6 +383,22 @@ class Metrics:
         ctx = report.context
         if not isinstance(ctx, str) and ctx.rejected:
             self.observe_context_rejected(rm.route, ctx.rejected)
+
+    def observe_judge(self, route: str, stats: JudgeStats) -> None:
+        """One answer's judge pass (gateway.checks.judge.JudgeStats)."""
+        route = self._route(route).route  # bounded like every other route label
+        for call in stats.calls:
+            self.judge_calls.labels(route, call.outcome).inc()
+            for kind, n in call.usage.items():
+                self.judge_tokens.labels(route, kind).inc(n)
+        self.judge_seconds.labels(route).observe(stats.seconds)
+        for verdict, n in stats.verdicts.items():
+            self.judge_verdicts.labels(route, verdict).inc(n)
+        if stats.cache_hits:
+            self.judge_cache.labels(route, "hit").inc(stats.cache_hits)
+        if stats.cache_misses:
+            self.judge_cache.labels(route, "miss").inc(stats.cache_misses)
+        self.judge_circuit_open.labels(route).set(1 if stats.circuit_open else 0)
 
     def observe_context_rejected(self, route: str, rejected: Mapping[str, int]) -> None:
         """Request chunks refused as context (`ContextSet.rejected`), by a fixed reason."""

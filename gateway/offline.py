@@ -6,13 +6,14 @@ else (partial, abstained, blocked, review, or released with a withheld field), 2
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
 from gateway.errors import InputError, ProtocolError
-from gateway.pipeline import RoutePipeline, claim_views
+from gateway.pipeline import Judgement, RoutePipeline, claim_views
 from gateway.policy import Route, load_policy
 from gateway.protocols import ADAPTERS
 from gateway.protocols.fields import loads_unique
@@ -76,6 +77,17 @@ def verify_exchange(
         return 2
 
 
+async def _with_judge(
+    pipeline: RoutePipeline, judgement: Judgement, request: dict[str, Any]
+) -> Judgement:
+    from gateway.judge.client import close_clients
+
+    try:
+        return await pipeline.resolve_judge(judgement, request)
+    finally:
+        await close_clients()
+
+
 def _verify(
     policy_path: str,
     protocol: str,
@@ -111,6 +123,8 @@ def _verify(
             f"response {response_path} is not a valid {protocol} answer: {e}"
         ) from None
     judgement = pipeline.safe_judge(answer, ctx)
+    if pipeline.judge_pass is not None:  # the judge pass, exactly as the proxy runs it
+        judgement = asyncio.run(_with_judge(pipeline, judgement, request))
     include_usage = bool(pipeline.adapter.request_info(request).include_usage)
     rendered = pipeline.render(
         answer, judgement, raw, REQUEST_ID, stream=stream, include_usage=include_usage

@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from gateway.checks.base import cited_chunks, claim_body
+from gateway.checks.judge import PENDING, JudgePass, JudgeStats, Pending, last_user_text
 from gateway.context import build_context
 from gateway.policy import LoadedPolicy, Route
 from gateway.protocols import ADAPTERS
@@ -54,6 +56,7 @@ class Judgement:
     claims: list[Claim]
     report: Report
     outcome: Outcome
+    judge: JudgeStats | None = None  # what the judge pass did, when it ran
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,12 @@ class RoutePipeline:
         self.adapter: Adapter = ADAPTERS[route.protocol]
         self.verifier = Verifier(loaded.policy)
         self.primary_key = PRIMARY_CHANNEL.get(route.protocol, "")
+        spec = loaded.policy.support.judge
+        # The judge pass (DESIGN §10); None keeps verification synchronous, as fast as ever.
+        self.judge_pass: JudgePass | None = (
+            JudgePass(spec) if spec is not None and "unsupported" in loaded.policy.checks
+            else None
+        )
 
     def context(
         self,
@@ -188,6 +197,78 @@ class RoutePipeline:
         except Exception:
             report = Report(claims=(), context=ctx)
             return Judgement([], report, self.infrastructure_outcome("verifier_crash"))
+
+    # -- the judge pass (DESIGN §10) ---------------------------------------------------------
+
+    @staticmethod
+    def is_pending(report: ClaimReport) -> bool:
+        """Whether the lexical tier left this claim to the judge."""
+        return report.verdict == "errored" and report.error_kind == PENDING
+
+    @staticmethod
+    def pending_item(report: ClaimReport, ctx: ContextSet) -> Pending:
+        claim = report.claim
+        chunks, _ = cited_chunks(claim, ctx)
+        pairs = [(c.id, c.text) for c in chunks if c.text is not None]
+        pairs += [
+            (f"native{i + 1}", c.native.cited_text)
+            for i, c in enumerate(claim.citations)
+            if c.native is not None
+        ]
+        return Pending(claim.index, " ".join(claim_body(claim).split()), tuple(pairs))
+
+    def judge_deadline(self) -> float:
+        spec = self.policy.support.judge
+        return time.monotonic() + (spec.deadline if spec is not None else 0.0)
+
+    async def judge_claims(
+        self,
+        reports: list[ClaimReport],
+        ctx: ContextSet,
+        question: str | None,
+        deadline: float,
+    ) -> tuple[list[ClaimReport], JudgeStats | None]:
+        """`reports` with every claim the lexical tier left pending decided by the judge
+        (and the checks after `unsupported` run); a crash is an infrastructure error."""
+        pending = [r for r in reports if self.is_pending(r)]
+        if not pending or self.judge_pass is None:
+            return reports, None
+        try:
+            results, stats = await self.judge_pass.run(
+                [self.pending_item(r, ctx) for r in pending], question, deadline
+            )
+        except Exception as e:  # the pass itself broke: never a pass
+            return [
+                ClaimReport(r.claim, "errored", error_kind="judge_crash", check="unsupported",
+                            detail=type(e).__name__)
+                if self.is_pending(r) else r
+                for r in reports
+            ], None
+        out = []
+        for r in reports:
+            res = results.get(r.claim.index) if self.is_pending(r) else None
+            if res is None:
+                out.append(r)
+            else:
+                out.append(self.verifier.decide_with(r.claim, ctx, "unsupported", res))
+        return out, stats
+
+    async def resolve_judge(
+        self, judgement: Judgement, request: Mapping[str, Any] | None
+    ) -> Judgement:
+        """The judgement with its pending claims judged, and decided again."""
+        report = judgement.report
+        if self.judge_pass is None or not any(self.is_pending(r) for r in report.claims):
+            return judgement
+        ctx = report.context
+        if not isinstance(ctx, ContextSet):
+            return judgement  # unreachable: a fresh report holds its context; pending fails closed
+        t0 = time.perf_counter()
+        reports, stats = await self.judge_claims(
+            list(report.claims), ctx, last_user_text(request), self.judge_deadline()
+        )
+        new = Report(tuple(reports), ctx, report.seconds + time.perf_counter() - t0)
+        return Judgement(judgement.claims, new, decide(new, self.policy.release), stats)
 
     def infrastructure_outcome(self, reason: str) -> Outcome:
         match self.policy.release.on_infrastructure_failure:

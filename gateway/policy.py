@@ -28,10 +28,12 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -382,8 +384,164 @@ class ClaimsSpec(_Model):
     code: Literal["exempt", "check"] = "exempt"  # text in a code fence: no claim / a claim
 
 
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)?")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def _duration(value: object) -> float:
+    """Seconds from a number or a string such as `250ms`, `5s`, `30m`, `1h`."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a string such as 5s, 250ms, 1h")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION_RE.fullmatch(value.strip())):
+        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    else:
+        raise ValueError(
+            f"{value!r} is not a duration: a number of seconds or a string such as 5s, 250ms, 1h"
+        )
+    if not seconds > 0:
+        raise ValueError("a duration must be greater than zero")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(_duration)]
+
+
+class LexicalBounds(_Model):
+    """`support.lexical`: scores strictly above `pass_above` pass and strictly below
+    `fail_below` fail without a judge call; the rest go to the judge (or `support.threshold`)."""
+
+    pass_above: float = Field(default=0.8, ge=0.0, le=1.0)
+    fail_below: float = Field(default=0.3, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LexicalBounds:
+        if self.fail_below > self.pass_above:
+            raise _KeyedValueError(
+                ("fail_below",),
+                f"fail_below ({self.fail_below}) must not be greater than pass_above "
+                f"({self.pass_above})",
+            )
+        return self
+
+
+class JudgeCircuit(_Model):
+    failures: int = Field(default=5, ge=1)
+    reset_after: Duration = 30.0
+
+
+class JudgeCache(_Model):
+    entries: int = Field(default=100_000, ge=0)  # 0: no cache
+    ttl: Duration = 3600.0
+
+
+JUDGE_PROMPTS: tuple[str, ...] = ("default", "minicheck")
+
+
+class JudgeSpec(_Model):
+    """`support.judge`: the judge pass (DESIGN §10, docs/judge.md).
+
+    The API key is read at load from `api_key_env` or `api_key_file` (a missing or empty one
+    is a policy error); it never enters the canonical form, the version, a repr or a log line.
+    A prompt template file is read at load too, relative to the policy file's directory.
+    """
+
+    backend: Literal["openai-chat", "tei"] = "openai-chat"
+    url: str
+    model: str = ""
+    api_key_env: str | None = None
+    api_key_file: str | None = None
+    prompt: str = "default"
+    group_by: Literal["chunk", "claim", "answer"] = "chunk"
+    on_partial: Literal["fail", "pass"] = "fail"
+    timeout: Duration = 5.0
+    deadline: Duration = 8.0
+    retries: int = Field(default=1, ge=0, le=5)
+    max_concurrency: int = Field(default=32, ge=1, le=4096)
+    circuit: JudgeCircuit = Field(default_factory=JudgeCircuit)
+    cache: JudgeCache = Field(default_factory=JudgeCache)
+    label: str = "entailment"  # tei: the label whose score decides
+    threshold: float = Field(default=0.5, ge=0.0, le=1.0)  # tei: YES at or above
+    _key: str = PrivateAttr(default="")
+    _template: str | None = PrivateAttr(default=None)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", value):
+            raise ValueError(f"{value!r} is not an http(s) URL without query or fragment")
+        return value.rstrip("/")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_env_name(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME_RE.fullmatch(value):
+            raise ValueError(f"{value!r} is not an environment variable name")
+        return value
+
+    @model_validator(mode="after")
+    def _load(self, info: ValidationInfo) -> JudgeSpec:
+        if self.backend == "openai-chat" and not self.model:
+            raise _KeyedValueError(("backend",), "backend openai-chat needs a `model`")
+        if self.api_key_env is not None and self.api_key_file is not None:
+            raise _KeyedValueError(("api_key_file",), "give api_key_env or api_key_file, not both")
+        if self.deadline < self.timeout:
+            raise _KeyedValueError(
+                ("deadline",), "the per-answer deadline must not be shorter than the call timeout"
+            )
+        base = (info.context or {}).get("base_dir", ".") if info is not None else "."
+        if self.api_key_env is not None:
+            value = os.environ.get(self.api_key_env)
+            if not value:
+                state = "is empty" if value == "" else "is not set"
+                raise _KeyedValueError(
+                    ("api_key_env",), f"the judge key's environment variable {self.api_key_env} "
+                    f"{state}"
+                )
+            self._key = value.strip()
+        elif self.api_key_file is not None:
+            path = os.path.join(base, self.api_key_file)
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    self._key = fh.read().strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise _KeyedValueError(
+                    ("api_key_file",), f"cannot read the judge key file: {type(exc).__name__}"
+                ) from None
+            if not self._key:
+                raise _KeyedValueError(("api_key_file",), "the judge key file is empty")
+        if self.prompt not in JUDGE_PROMPTS:
+            path = os.path.join(base, self.prompt)
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    self._template = fh.read()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise _KeyedValueError(
+                    ("prompt",), f"prompt is default, minicheck or a readable template file; "
+                    f"cannot read {self.prompt!r}: {exc.__class__.__name__}"
+                ) from None
+            for field_name in ("{claims}", "{chunks}"):
+                if field_name not in self._template:
+                    raise _KeyedValueError(
+                        ("prompt",), f"the prompt template {self.prompt!r} has no {field_name}"
+                    )
+        return self
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    @property
+    def template(self) -> str | None:
+        """The prompt template file's text (None for a built-in prompt)."""
+        return self._template
+
+
 class SupportSpec(_Model):
     threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    lexical: LexicalBounds | None = None
+    judge: JudgeSpec | None = None
 
 
 class Channels(_Model):
@@ -707,7 +865,10 @@ def _load_all_errors(file: str) -> tuple[LoadedPolicy | None, list[PolicyError]]
     except PolicyError as exc:
         return None, [exc]
     try:
-        policy = Policy.model_validate(data)
+        # Files a policy names (a judge prompt template or key file) are relative to it.
+        policy = Policy.model_validate(
+            data, context={"base_dir": os.path.dirname(os.path.abspath(file))}
+        )
     except ValidationError as exc:
         errors = []
         for err in exc.errors(include_url=False):

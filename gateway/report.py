@@ -50,8 +50,10 @@ class _Tally:
     shadow: Counter[str] = field(default_factory=Counter)
     reasons: Counter[str] = field(default_factory=Counter)
     verification_ms: list[float] = field(default_factory=list)
+    support: _SupportTally = field(default_factory=lambda: _SupportTally())
 
     def add(self, event: dict[str, Any], decision: str) -> None:
+        self.support.add(event)
         self.requests += 1
         self.decisions[decision] += 1
         shadow = event.get("shadow_decision")
@@ -81,6 +83,104 @@ class _Tally:
         }
         if self.shadow:
             out["shadow_decisions"] = dict(self.shadow.most_common())
+        out["judge"] = self.support.advice(n)
+        return out
+
+
+# Advice on the judge pass (DESIGN §10), from the claims' verdicts in the audit events.
+_INFRA_PREFIX = "judge_"
+# A route where this share of answers fails only on `unsupported` is where a judge pays off.
+JUDGE_WORTH = 0.05
+JUDGE_NOT_WORTH = 0.01
+
+
+@dataclass
+class _SupportTally:
+    claims: int = 0
+    unsupported: int = 0  # claims failed by `unsupported`
+    deterministic: int = 0  # claims failed by any other check
+    unsupported_answers: int = 0  # answers whose only failures are `unsupported`
+    judged_answers: int = 0
+    judge_calls: int = 0
+    judge_errors: int = 0
+    cache_hits: int = 0
+    cache_lookups: int = 0
+
+    def add(self, event: dict[str, Any]) -> None:
+        claims = event.get("claims")
+        reasons: set[str] = set()
+        if isinstance(claims, list):
+            for c in claims:
+                if not isinstance(c, dict):
+                    continue
+                self.claims += 1
+                reason = c.get("reason")
+                if c.get("verdict") == "failed" and isinstance(reason, str):
+                    reasons.add(reason)
+                    if reason == "unsupported":
+                        self.unsupported += 1
+                    else:
+                        self.deterministic += 1
+                elif (
+                    c.get("verdict") == "errored"
+                    and isinstance(reason, str)
+                    and reason.startswith(_INFRA_PREFIX)
+                ):
+                    self.judge_errors += 1
+        if reasons == {"unsupported"}:
+            self.unsupported_answers += 1
+        judge = event.get("judge")
+        if isinstance(judge, dict):
+            self.judged_answers += 1
+            calls = judge.get("calls")
+            if isinstance(calls, dict):
+                self.judge_calls += sum(v for v in calls.values() if isinstance(v, int))
+            cache = judge.get("cache")
+            if isinstance(cache, dict):
+                hit, miss = cache.get("hit"), cache.get("miss")
+                if isinstance(hit, int) and isinstance(miss, int):
+                    self.cache_hits += hit
+                    self.cache_lookups += hit + miss
+
+    def advice(self, requests: int) -> dict[str, object]:
+        """Whether the judge pass is worth enabling on this route, and why."""
+        share = _rate(self.unsupported_answers, requests)
+        failed = self.unsupported + self.deterministic
+        unsupported_mix = _rate(self.unsupported, failed)
+        out: dict[str, object] = {
+            "unsupported_claims": self.unsupported,
+            "deterministic_failures": self.deterministic,
+            "answers_failing_only_unsupported": share,
+        }
+        if self.judged_answers:
+            out["enabled"] = True
+            out["calls_per_judged_answer"] = round(self.judge_calls / self.judged_answers, 2)
+            out["judge_errors"] = self.judge_errors
+            out["cache_hit_rate"] = _rate(self.cache_hits, self.cache_lookups)
+            if self.judge_errors and self.judge_errors >= self.judged_answers * 0.05:
+                out["advice"] = (
+                    "judge errors on 5% or more of judged answers: they abstain; check the "
+                    "judge endpoint, timeout and max_concurrency"
+                )
+            else:
+                out["advice"] = "judge pass on; measure its quality with citewarden eval"
+            return out
+        out["enabled"] = False
+        if requests == 0 or self.claims == 0:
+            out["advice"] = "no verified claims yet"
+        elif share >= JUDGE_WORTH and unsupported_mix >= 0.5:
+            out["advice"] = (
+                "worth enabling: many answers fail only on `unsupported` and deterministic "
+                "failures are few; a judge can tell the lexically borderline ones apart "
+                "(calibrate with citewarden eval)"
+            )
+        elif share < JUDGE_NOT_WORTH or unsupported_mix < 0.5:
+            out["advice"] = (
+                "not worth enabling: `unsupported` failures are rare or deterministic "
+                "failures dominate; fix those first (the judge cannot rescue them)"
+            )
+        else:
+            out["advice"] = "borderline: measure with citewarden eval on labelled claims"
         return out
 
 
@@ -212,6 +312,9 @@ def text_summary(summary: dict[str, object]) -> str:
             f"abstained {_pct(route['abstention_rate'])}, partial {_pct(route['strip_rate'])}, "
             f"blocked {_pct(route['block_rate'])}"
         )
+        judge = route.get("judge")
+        if isinstance(judge, dict) and "advice" in judge:
+            lines.append(f"    judge pass: {judge['advice']}")
     skipped, bad = summary["skipped_lines"], summary["unparseable_lines"]
     if skipped or bad:
         lines.append(f"({skipped} other log lines skipped, {bad} unreadable)")

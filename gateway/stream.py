@@ -11,11 +11,15 @@ fails, the stream ends with an error event. Never a clean end after withheld con
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from gateway.checks.judge import JudgeStats, last_user_text
 from gateway.claims import Segment
 from gateway.errors import ProtocolError
 from gateway.pipeline import Judgement, RoutePipeline, dumps
@@ -407,12 +411,22 @@ class ProgressiveRelease:
     """One progressive stream's state. Not shared between requests."""
 
     def __init__(
-        self, pipeline: RoutePipeline, ctx: ContextSet, request_id: str, include_usage: bool
+        self,
+        pipeline: RoutePipeline,
+        ctx: ContextSet,
+        request_id: str,
+        include_usage: bool,
+        request: Mapping[str, Any] | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.ctx = ctx
         self.request_id = request_id
         self.verifier = StreamVerifier(pipeline, ctx)
+        # The judge pass: claims wait here, in order, while their verdicts are pending.
+        self.judged = pipeline.judge_pass is not None
+        self.waiting: deque[ClaimReport | asyncio.Task[ClaimReport]] = deque()
+        self.judge_stats: JudgeStats | None = None
+        self._question = last_user_text(request) if self.judged else None
         self.framer: _Framer = (
             _AnthropicFramer(include_usage)
             if pipeline.route.protocol == "anthropic-messages"
@@ -446,7 +460,7 @@ class ProgressiveRelease:
             return self.judgement
         reports = tuple(self.verifier.known.values())
         report = Report(reports, self.ctx, self.verify_seconds)
-        return Judgement([r.claim for r in reports], report, self.outcome)
+        return Judgement([r.claim for r in reports], report, self.outcome, self.judge_stats)
 
     # -- input -------------------------------------------------------------------------------
 
@@ -459,12 +473,138 @@ class ProgressiveRelease:
                 self.framer.observe(event)
                 added, reports = self.verifier.feed(event)
                 self.buffer += added
-                out.extend(self._decide(r) for r in reports)
+                if self.judged:
+                    out.extend(self._admit(r) for r in reports)
+                else:
+                    out.extend(self._decide(r) for r in reports)
                 if self.closed:
                     return b"".join(out)
+            if self.judged:
+                out.append(self._drain())
         except ProtocolError as e:
             out.append(self.abort(f"invalid upstream stream: {e}"))
         return b"".join(out)
+
+    # -- the judge pass: claims released in order as their verdicts arrive ---------------------
+
+    def _admit(self, report: ClaimReport) -> bytes:
+        """Queue a claim behind those still waiting; a pending one starts its judge call now,
+        while the stream goes on (DESIGN §10: per claim in progressive mode)."""
+        if self.pipeline.is_pending(report) and not self.closed:
+            # The deadline runs from when the claim is complete: the stream's own duration is
+            # the upstream's, not judge work; the wait after the stream ends stays bounded.
+            deadline = self.pipeline.judge_deadline()
+            task = asyncio.get_running_loop().create_task(self._judge(report, deadline))
+            self.waiting.append(task)
+        else:
+            self.waiting.append(report)
+        return self._drain()
+
+    async def _judge(self, report: ClaimReport, deadline: float) -> ClaimReport:
+        t0 = time.perf_counter()
+        try:
+            reports, stats = await self.pipeline.judge_claims(
+                [report], self.ctx, self._question, deadline
+            )
+        except Exception as e:  # never a pass
+            return ClaimReport(report.claim, "errored", error_kind="judge_crash",
+                               detail=type(e).__name__)
+        finally:
+            self.judge_seconds += time.perf_counter() - t0
+        if stats is not None:
+            self.judge_stats = stats if self.judge_stats is None else self.judge_stats.merge(stats)
+        return reports[0]
+
+    def _drain(self) -> bytes:
+        """Decide the waiting claims from the front, up to the first still being judged."""
+        out: list[bytes] = []
+        while self.waiting and not self.closed:
+            head = self.waiting[0]
+            if isinstance(head, asyncio.Task):
+                if not head.done():
+                    break
+                report = head.result()
+                c = report.claim
+                self.verifier.known[(c.start, c.end, c.text)] = report
+            else:
+                report = head
+            self.waiting.popleft()
+            out.append(self._decide(report))
+        if self.closed:
+            self._cancel()
+        return b"".join(out)
+
+    def _cancel(self) -> None:
+        for item in self.waiting:
+            if isinstance(item, asyncio.Task):
+                item.cancel()
+        self.waiting.clear()
+
+    async def interleave(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """The upstream's chunks, and an empty one whenever a judge verdict arrives between
+        two of them, so a claim goes out as soon as its verdict is in."""
+        it = aiter(chunks)
+        nxt: asyncio.Future[bytes] | None = None
+        try:
+            while True:
+                busy = [t for t in self.waiting if isinstance(t, asyncio.Task) and not t.done()]
+                if nxt is None and not busy:
+                    try:
+                        chunk = await anext(it)
+                    except StopAsyncIteration:
+                        return
+                    yield chunk
+                    continue
+                if nxt is None:
+                    nxt = asyncio.ensure_future(anext(it))
+                waits: list[asyncio.Future[Any]] = [nxt, *busy]
+                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if nxt in done:
+                    got, nxt = nxt, None
+                    try:
+                        chunk = got.result()
+                    except StopAsyncIteration:
+                        return
+                    yield chunk
+                else:
+                    yield b""
+        finally:
+            if nxt is not None:
+                nxt.cancel()
+
+    async def afinish(self) -> bytes:
+        """`finish` for a policy with a judge: the last claims judged, every verdict awaited,
+        and what is left of the answer judged too, before the stream ends."""
+        if self.closed:
+            return b""
+        try:
+            reports, answer = self.verifier.finish()
+        except ProtocolError as e:
+            self._cancel()
+            return self.abort(f"upstream stream ended early: {e}")
+        out = [self._admit(r) for r in reports]
+        busy = [t for t in self.waiting if isinstance(t, asyncio.Task)]
+        if busy:
+            await asyncio.wait(busy)
+        out.append(self._drain())
+        if self.closed:
+            return b"".join(out)
+        return b"".join(out) + await self._finish_answer(answer)
+
+    async def _finish_answer(self, answer: Answer) -> bytes:
+        t0 = time.perf_counter()
+        judgement = self.pipeline.safe_judge(
+            answer, self.ctx, self.verifier.known, self.verifier.text
+        )
+        self.judge_seconds += time.perf_counter() - t0
+        judged = await self.pipeline.resolve_judge(judgement, {"question": self._question})
+        if judged.judge is not None:
+            self.judge_stats = (
+                judged.judge if self.judge_stats is None else self.judge_stats.merge(judged.judge)
+            )
+        if self.judge_stats is not None:
+            judged = dataclasses.replace(judged, judge=self.judge_stats)
+        return self._release_answer(answer, judged)
 
     def finish(self) -> bytes:
         if self.closed:
@@ -479,12 +619,17 @@ class ProgressiveRelease:
             return b"".join(out)
         # What is left is no claim (trailing whitespace, a heading, a code fence): it needs
         # no citation, but goes out only if the whole answer is released below.
-        rest, self.buffer = self.buffer, ""
         t0 = time.perf_counter()
         judgement = self.pipeline.safe_judge(
             answer, self.ctx, self.verifier.known, self.verifier.text
         )
         self.judge_seconds += time.perf_counter() - t0
+        return b"".join(out) + self._release_answer(answer, judgement)
+
+    def _release_answer(self, answer: Answer, judgement: Judgement) -> bytes:
+        """The end of the stream once the whole answer is judged."""
+        out: list[bytes] = []
+        rest, self.buffer = self.buffer, ""
         self.judgement = judgement
         self.usage = answer.usage
         outcome = judgement.outcome
@@ -527,6 +672,7 @@ class ProgressiveRelease:
         if self.closed:
             return b""
         self.closed = True
+        self._cancel()
         self.decision = "error"
         self.reason = "upstream_stream_broken"
         framer_error = getattr(self.framer, "error", None)

@@ -264,6 +264,32 @@ class Verifier:
                 return report
         return ClaimReport(claim, "verified")
 
+    def decide_with(
+        self, claim: Claim, ctx: ContextSet, check: str, result: CheckResult
+    ) -> ClaimReport:
+        """The claim's verdict with the check named `check` giving `result` (the judge pass's
+        verdict for `unsupported`) and every other check run as usual, in policy order."""
+        if claim.exempt:
+            return ClaimReport(claim, "exempt")
+        facts = ClaimFacts(claim, ctx)
+        for i, fast, plain in self._plan:
+            r: object
+            try:
+                if self.checks[i].name == check:
+                    r = result
+                elif fast is not None:
+                    r = fast.check(facts)
+                elif plain is not None:
+                    r = plain.run(claim, ctx)
+                else:
+                    r = CheckResult.error(self.checks[i].name, "async_unavailable")
+            except Exception as exc:  # a check bug must not release an unverified claim
+                r = CheckResult.error(self.checks[i].name, "crash", type(exc).__name__)
+            report = self._report(claim, i, r)
+            if report is not None:
+                return report
+        return ClaimReport(claim, "verified")
+
     def _report(self, claim: Claim, i: int, r: object) -> ClaimReport | None:
         """The verdict check `i`'s result `r` decides, or None when it passes."""
         if not isinstance(r, CheckResult):

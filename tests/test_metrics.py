@@ -6,6 +6,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.checks.judge import JudgeStats
+from gateway.judge.client import CallRecord
 from gateway.metrics import ROUTE_OVERFLOW, Metrics
 from gateway.types import Claim, ClaimReport, Decision, Report
 
@@ -59,6 +61,8 @@ def test_exposed_names_types_and_labels(m: Metrics) -> None:
     m.set_policies([("support-bot", "abc")])
     m.observe_context_rejected("chat", {"unsigned": 1})
     m.observe_fields_dropped("chat", {"message": 2, "made-up level": 1})
+    judged = JudgeStats("default-x", "m", [CallRecord("ok", 0.2, {"prompt": 9})], {"YES": 1}, 1, 1)
+    m.observe_judge("chat", judged)
 
     text = m.render()[0].decode()
     types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
@@ -77,6 +81,12 @@ def test_exposed_names_types_and_labels(m: Metrics) -> None:
         "citewarden_fields_dropped_total": ("counter", {"route", "level"}),
         "citewarden_policy_info": ("gauge", {"name", "version"}),
         "citewarden_context_rejected_total": ("counter", {"route", "why"}),
+        "citewarden_judge_calls_total": ("counter", {"route", "outcome"}),
+        "citewarden_judge_seconds": ("histogram", {"route"}),
+        "citewarden_judge_verdicts_total": ("counter", {"route", "verdict"}),
+        "citewarden_judge_cache_total": ("counter", {"route", "result"}),
+        "citewarden_judge_circuit_open": ("gauge", {"route"}),
+        "citewarden_judge_tokens_total": ("counter", {"route", "kind"}),
     }
     for name, (kind, labels) in expected.items():
         assert types[name] == kind, name

@@ -35,7 +35,16 @@ def build(p: policy.Policy) -> list[AnyCheck]:
             case "number_mismatch":
                 out.append(NumberMismatch())
             case "unsupported":
-                out.append(LexicalSupport(p.support.threshold))
+                s = p.support
+                bounds = s.lexical
+                out.append(
+                    LexicalSupport(
+                        s.threshold,
+                        bounds.pass_above if bounds is not None else None,
+                        bounds.fail_below if bounds is not None else None,
+                        judged=s.judge is not None,
+                    )
+                )
             case _:
                 raise ValueError(f"unknown check {name!r}")
     return out

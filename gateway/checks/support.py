@@ -2,18 +2,23 @@
 
 Content words are lowercased word tokens of at least three characters, not stopwords and not
 pure numbers (numbers are number_mismatch's job). Support = |claim words found in the union of
-cited sources| / |claim words|; the claim passes when support >= `policy.support.threshold`. A
-claim without content words passes.
+cited sources| / |claim words|. A claim without content words passes.
+
+With `support.lexical` (or a judge) the score settles clear cases: strictly above `pass_above`
+passes, strictly below `fail_below` fails. Between the bounds, a policy with `support.judge`
+leaves the claim to the judge pass (error kind `judge_pending`, which only the judge pass
+resolves: unresolved, it is an infrastructure error); without one, `threshold` decides.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from gateway.checks.base import ClaimFacts, FactsCheck
 from gateway.types import CheckResult
 
-__all__ = ["LexicalSupport", "content_words"]
+__all__ = ["LexicalSupport", "content_words", "lexical_score"]
 
 _TOKEN = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _STOPWORDS_WORDS = """
@@ -69,8 +74,19 @@ def content_words(text: str) -> frozenset[str]:
 class LexicalSupport(FactsCheck):
     name = "unsupported"
 
-    def __init__(self, threshold: float = 0.5) -> None:
+    def __init__(
+        self,
+        threshold: float = 0.5,
+        pass_above: float | None = None,
+        fail_below: float | None = None,
+        judged: bool = False,
+    ) -> None:
         self.threshold = threshold
+        self.judged = judged
+        if judged and pass_above is None:
+            pass_above, fail_below = 0.8, 0.3  # the documented defaults of support.lexical
+        self.pass_above = pass_above
+        self.fail_below = fail_below
         self._ok = CheckResult.ok(self.name)
 
     def check(self, facts: ClaimFacts) -> CheckResult:
@@ -86,10 +102,30 @@ class LexicalSupport(FactsCheck):
                 seen |= words & s.words
             found = len(seen)
         support = found / len(words)
-        if support >= self.threshold:
+        if self.pass_above is None:
+            if support >= self.threshold:
+                return self._ok
+        elif support > self.pass_above:
             return self._ok
+        elif self.fail_below is not None and support >= self.fail_below:
+            if not self.judged:
+                if support >= self.threshold:
+                    return self._ok
+            elif not textless:  # a chunk without text is one the judge cannot read either
+                return CheckResult.error(self.name, "judge_pending", f"lexical {support:.2f}")
         if textless:
             return CheckResult.fail(
                 self.name, "source_text_unavailable", "a cited chunk has no text"
             )
         return CheckResult.fail(self.name, "unsupported", f"lexical support {support:.2f}")
+
+
+def lexical_score(claim: str, sources: Sequence[str]) -> float | None:
+    """The lexical support score of `claim` against `sources` (None: no content words)."""
+    words = content_words(claim)
+    if not words:
+        return None
+    seen: set[str] = set()
+    for text in sources:
+        seen |= words & content_words(text)
+    return len(seen) / len(words)

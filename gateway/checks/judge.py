@@ -1,0 +1,416 @@
+"""unsupported (judge): claims the lexical tier left undecided go to a judge model (DESIGN §10).
+
+`JudgePass.run` takes the pending claims of one answer (claim text, cited chunks, the question)
+and returns one CheckResult per claim: pass, fail("unsupported") or error(kind). Calls are
+grouped per `group_by` — `chunk`: one call per cited chunk with the claims citing it; `claim`:
+one per claim with all its chunks; `answer`: one call — and every verdict is mapped back by the
+id the gateway gave it. A claim passes when one of its cited chunks says YES (with `claim` /
+`answer`, when its own verdict is YES); PARTIAL counts as YES only with `on_partial: pass`. A
+call that fails, times out or answers out of shape is an infrastructure error for its claims.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.checks.support import content_words
+from gateway.judge.cache import cache_key
+from gateway.judge.client import CallRecord, JudgeClient, JudgeError, UpstreamFactory, client_for
+from gateway.judge.prompts import VERDICT_SCHEMA, CallItem, Prompt, PromptFormatError, build_prompt
+from gateway.types import CheckResult
+
+__all__ = ["PENDING", "JudgePass", "JudgeStats", "Pending", "last_user_text"]
+
+PENDING = "judge_pending"  # the lexical tier's error kind for a claim the judge must settle
+CHECK = "unsupported"
+# A claim this short is shown with its question, to be read (never to be supported) by it:
+# "Fik-Shun." says nothing without "who won season 10?".
+SHORT_CLAIM_WORDS = 4
+_QUESTION_MAX = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """One claim for the judge: its index, marker-free text and cited chunks (id, text)."""
+
+    index: int
+    claim: str
+    chunks: tuple[tuple[str, str], ...]
+
+
+@dataclass(slots=True)
+class JudgeStats:
+    """What the pass did for one answer: for metrics and the audit event."""
+
+    prompt_version: str
+    model: str
+    calls: list[CallRecord] = field(default_factory=list)
+    verdicts: dict[str, int] = field(default_factory=dict)  # per (claim, chunk) or claim label
+    cache_hits: int = 0
+    cache_misses: int = 0
+    seconds: float = 0.0
+    circuit_open: bool = False
+    claims: list[dict[str, Any]] = field(default_factory=list)  # per-claim audit entries
+    rationales: dict[int, list[str]] = field(default_factory=dict)
+
+    def merge(self, other: JudgeStats) -> JudgeStats:
+        """Both passes' work as one (a progressive stream judges claim by claim)."""
+        verdicts = dict(self.verdicts)
+        for k, v in other.verdicts.items():
+            verdicts[k] = verdicts.get(k, 0) + v
+        return JudgeStats(
+            self.prompt_version,
+            self.model,
+            [*self.calls, *other.calls],
+            verdicts,
+            self.cache_hits + other.cache_hits,
+            self.cache_misses + other.cache_misses,
+            self.seconds + other.seconds,
+            other.circuit_open,
+            [*self.claims, *other.claims],
+            {**self.rationales, **other.rationales},
+        )
+
+    def usage(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for c in self.calls:
+            for k, v in c.usage.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def audit(self, include_text: bool) -> dict[str, Any]:
+        """The audit event's `judge` field; rationales only with `audit.include_text`."""
+        claims = []
+        for entry in self.claims:
+            e = dict(entry)
+            if include_text and entry["index"] in self.rationales:
+                e["rationale"] = self.rationales[entry["index"]]
+            claims.append(e)
+        outcomes: dict[str, int] = {}
+        for c in self.calls:
+            outcomes[c.outcome] = outcomes.get(c.outcome, 0) + 1
+        return {
+            "prompt_version": self.prompt_version,
+            "model": self.model,
+            "calls": outcomes,
+            "cache": {"hit": self.cache_hits, "miss": self.cache_misses},
+            "ms": round(self.seconds * 1000, 3),
+            "claims": claims,
+        }
+
+
+def last_user_text(request: Mapping[str, Any] | None) -> str | None:
+    """The last user message of a request body, as text: chat `messages`, a Responses
+    `input`, or a RAG body's `query` / `question`. None when there is none."""
+    if not isinstance(request, Mapping):
+        return None
+    msgs = request.get("messages")
+    if not isinstance(msgs, list):
+        inp = request.get("input")
+        if isinstance(inp, str):
+            return inp[:_QUESTION_MAX] or None
+        msgs = inp if isinstance(inp, list) else None
+    if isinstance(msgs, list):
+        for m in reversed(msgs):
+            if isinstance(m, Mapping) and m.get("role") == "user":
+                return _text_of(m.get("content"))
+        return None
+    for key in ("question", "query", "prompt"):
+        v = request.get(key)
+        if isinstance(v, str) and v:
+            return v[:_QUESTION_MAX]
+    return None
+
+
+def _text_of(content: object) -> str | None:
+    if isinstance(content, str):
+        return content[:_QUESTION_MAX] or None
+    if isinstance(content, list):
+        parts = [
+            p["text"]
+            for p in content
+            if isinstance(p, Mapping) and isinstance(p.get("text"), str)
+            and p.get("type") in ("text", "input_text", None)
+        ]
+        text = "\n".join(parts)
+        return text[:_QUESTION_MAX] or None
+    return None
+
+
+@dataclass(slots=True)
+class _Call:
+    """One planned call: the chunks shown and the (claim, pair key) items asked."""
+
+    chunks: dict[str, str]
+    items: list[CallItem]
+    # id the judge sees -> (claim index, chunk id or None for a whole-claim verdict, cache key)
+    targets: dict[str, tuple[int, str | None, bytes]]
+
+
+class JudgePass:
+    """The judge pass of one policy: a prompt, a backend and a shared client."""
+
+    def __init__(
+        self, spec: Any, client: JudgeClient | None = None, connect: UpstreamFactory | None = None
+    ) -> None:
+        self.spec = spec
+        self.backend: str = spec.backend
+        self.group_by: str = spec.group_by
+        self.model: str = spec.model
+        self.prompt: Prompt = build_prompt(spec.prompt, spec.template)
+        self.prompt_version = (
+            f"tei-{spec.label}-{spec.threshold}" if self.backend == "tei" else self.prompt.version
+        )
+        self._client = client
+        self._connect = connect
+        self.yes = {"YES", "PARTIAL"} if spec.on_partial == "pass" else {"YES"}
+
+    @property
+    def client(self) -> JudgeClient:
+        """The shared client of this endpoint on the running loop."""
+        return self._client or client_for(self.spec, self._connect)
+
+    # -- planning ----------------------------------------------------------------------------
+
+    def _question_for(self, claim: str, question: str | None) -> str | None:
+        if question is None or self.backend == "tei":
+            return None
+        return question if len(content_words(claim)) <= SHORT_CLAIM_WORDS else None
+
+    def _pair_level(self) -> bool:
+        """Whether verdicts are per (claim, chunk) rather than per claim."""
+        if self.backend == "tei":
+            return True
+        return self.group_by == "chunk"
+
+    def plan(self, pending: Sequence[Pending], question: str | None, stats: JudgeStats) -> tuple[
+        list[_Call], dict[int, dict[str | None, str]]
+    ]:
+        """The calls to make, and the verdicts the cache already has
+        ({claim index: {chunk id | None: label}})."""
+        cache = self.client.cache
+        known: dict[int, dict[str | None, str]] = {p.index: {} for p in pending}
+        calls: list[_Call] = []
+        by_chunk: dict[str, _Call] = {}
+        by_claim: dict[int, _Call] = {}
+        answer_call: _Call | None = None
+        pair_level = self._pair_level()
+        for p in pending:
+            q = self._question_for(p.claim, question)
+            if pair_level:
+                units: list[tuple[str | None, tuple[tuple[str, str], ...]]] = [
+                    (cid, ((cid, text),)) for cid, text in p.chunks
+                ]
+            else:
+                units = [(None, p.chunks)]
+            for unit, chunks in units:
+                key = cache_key(p.claim, [t for _, t in chunks], self.model,
+                                self.prompt_version, q)
+                hit = cache.get(key)
+                if hit is not None:
+                    stats.cache_hits += 1
+                    known[p.index][unit] = hit[0]
+                    if hit[1]:
+                        stats.rationales.setdefault(p.index, []).append(hit[1])
+                    continue
+                stats.cache_misses += 1
+                if self.prompt.per_pair and self.backend != "tei":
+                    call = _Call(dict(chunks), [], {})  # MiniCheck: one document, one claim
+                    calls.append(call)
+                elif self.group_by == "chunk" and unit is not None:
+                    found = by_chunk.get(unit)
+                    if found is None:
+                        found = by_chunk[unit] = _Call({}, [], {})
+                        calls.append(found)
+                    call = found
+                elif self.group_by == "claim" and self.backend == "tei":
+                    found = by_claim.get(p.index)
+                    if found is None:
+                        found = by_claim[p.index] = _Call({}, [], {})
+                        calls.append(found)
+                    call = found
+                elif self.group_by == "claim":
+                    call = _Call({}, [], {})
+                    calls.append(call)
+                else:
+                    if answer_call is None:
+                        answer_call = _Call({}, [], {})
+                        calls.append(answer_call)
+                    call = answer_call
+                call.chunks.update(chunks)
+                cid = f"c{len(call.items) + 1}"
+                call.items.append(CallItem(cid, p.claim, tuple(c for c, _ in chunks), q))
+                call.targets[cid] = (p.index, unit, key)
+        return calls, known
+
+    # -- calls -------------------------------------------------------------------------------
+
+    async def _call(self, call: _Call, deadline: float, stats: JudgeStats) -> dict[
+        str, tuple[str, str]
+    ]:
+        if self.backend == "tei":
+            return await self._call_tei(call, deadline, stats)
+        messages = self.prompt.messages(call.chunks, call.items)
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": 0,
+        }
+        if not self.prompt.per_pair:
+            payload["response_format"] = (
+                {"type": "json_schema",
+                 "json_schema": {"name": "verdicts", "strict": True, "schema": VERDICT_SCHEMA}}
+                if self.client.json_schema
+                else {"type": "json_object"}
+            )
+        try:
+            answer, _ = await self.client.post("/chat/completions", payload, deadline, stats.calls)
+        except JudgeError as e:
+            if e.kind != "http_4xx_schema" or not self.client.json_schema:
+                raise
+            # The endpoint has no structured output: JSON mode, and the schema in the prompt.
+            self.client.json_schema = False
+            payload["response_format"] = {"type": "json_object"}
+            answer, _ = await self.client.post("/chat/completions", payload, deadline, stats.calls)
+        content, usage = _chat_content(answer)
+        if stats.calls:
+            stats.calls[-1].usage = usage
+        try:
+            parsed = self.prompt.parse(content, list(call.targets))
+        except PromptFormatError as e:
+            if stats.calls:
+                stats.calls[-1].outcome = "bad_verdicts"
+            raise JudgeError("bad_verdicts", str(e)) from None
+        return {cid: (label, why) for cid, (label, why) in parsed.items()}
+
+    async def _call_tei(self, call: _Call, deadline: float, stats: JudgeStats) -> dict[
+        str, tuple[str, str]
+    ]:
+        ids = list(call.targets)
+        pairs = []
+        for item in call.items:
+            (chunk_id,) = item.chunks
+            pairs.append([call.chunks[chunk_id], item.claim])
+        answer, _ = await self.client.post(
+            "/predict", {"inputs": pairs, "raw_scores": False}, deadline, stats.calls
+        )
+        rows: Any = answer
+        if len(pairs) == 1 and isinstance(rows, list) and rows and isinstance(rows[0], dict):
+            rows = [rows]  # one pair: some servers answer with its score list alone
+        if not isinstance(rows, list) or len(rows) != len(pairs):
+            if stats.calls:
+                stats.calls[-1].outcome = "bad_verdicts"
+            raise JudgeError("bad_verdicts", "score lists do not match the pairs sent")
+        out: dict[str, tuple[str, str]] = {}
+        wanted = self.spec.label.lower()
+        for cid, scores in zip(ids, rows, strict=True):
+            score = None
+            if isinstance(scores, list):
+                for s in scores:
+                    if (
+                        isinstance(s, dict)
+                        and isinstance(s.get("label"), str)
+                        and s["label"].lower() == wanted
+                        and isinstance(s.get("score"), int | float)
+                        and not isinstance(s.get("score"), bool)
+                    ):
+                        score = float(s["score"])
+            if score is None:
+                if stats.calls:
+                    stats.calls[-1].outcome = "bad_verdicts"
+                raise JudgeError("bad_verdicts", f"no {self.spec.label!r} score for a pair")
+            out[cid] = ("YES" if score >= self.spec.threshold else "NO", f"{wanted}={score:.3f}")
+        return out
+
+    # -- the pass ----------------------------------------------------------------------------
+
+    async def run(
+        self, pending: Sequence[Pending], question: str | None, deadline: float
+    ) -> tuple[dict[int, CheckResult], JudgeStats]:
+        """One CheckResult per pending claim (by index), and what it took."""
+        t0 = time.monotonic()
+        stats = JudgeStats(self.prompt_version, self.model)
+        calls, known = self.plan(pending, question, stats)
+        errors: dict[int, str] = {}
+        if calls:
+            tasks = [asyncio.ensure_future(self._call(c, deadline, stats)) for c in calls]
+            remaining = deadline - time.monotonic()
+            try:
+                if remaining > 0:
+                    await asyncio.wait(tasks, timeout=remaining)
+            except BaseException:  # cancelled (the client went away): no call outlives it
+                for t in tasks:
+                    t.cancel()
+                raise
+            for call, task in zip(calls, tasks, strict=True):
+                if not task.done():
+                    task.cancel()
+                    kind = "deadline"
+                    stats.calls.append(CallRecord("deadline", time.monotonic() - t0))
+                elif task.exception() is not None:
+                    exc = task.exception()
+                    kind = exc.kind if isinstance(exc, JudgeError) else "crash"
+                else:
+                    kind = ""
+                    for cid, (label, why) in task.result().items():
+                        index, unit, key = call.targets[cid]
+                        known[index][unit] = label
+                        self.client.cache.put(key, label, why)
+                        if why:
+                            stats.rationales.setdefault(index, []).append(why)
+                if kind:
+                    for index, _, _ in call.targets.values():
+                        errors.setdefault(index, kind)
+            for t in tasks:
+                if t.cancelled():
+                    continue
+                if t.done():
+                    t.exception()  # retrieved: no "never retrieved" warning
+        stats.seconds = time.monotonic() - t0
+        stats.circuit_open = self.client.circuit.state != "closed"
+        results: dict[int, CheckResult] = {}
+        for p in pending:
+            labels = known[p.index]
+            for label in labels.values():
+                stats.verdicts[label] = stats.verdicts.get(label, 0) + 1
+            if any(label in self.yes for label in labels.values()):
+                results[p.index] = CheckResult.ok(CHECK)
+                verdict = "YES"
+            elif p.index in errors:
+                results[p.index] = CheckResult.error(CHECK, f"judge_{errors[p.index]}")
+                verdict = "error"
+            else:
+                # Every unit answered, and none said YES (PARTIAL counts as NO unless on_partial).
+                results[p.index] = CheckResult.fail(
+                    CHECK, "unsupported", "judge: " + ",".join(sorted(set(labels.values())))
+                )
+                verdict = "PARTIAL" if "PARTIAL" in labels.values() else "NO"
+            stats.claims.append(
+                {"index": p.index, "verdict": verdict,
+                 "labels": {str(k) if k is not None else "*": v for k, v in labels.items()}}
+            )
+        return results, stats
+
+
+def _chat_content(answer: object) -> tuple[str, dict[str, int]]:
+    """The assistant text of a chat completion, and its token usage."""
+    try:
+        assert isinstance(answer, dict)
+        message = answer["choices"][0]["message"]
+        content = message["content"]
+        if not isinstance(content, str):
+            raise TypeError
+    except (AssertionError, KeyError, IndexError, TypeError):
+        raise JudgeError("bad_response", "not a chat completion") from None
+    usage: dict[str, int] = {}
+    u = answer.get("usage")
+    if isinstance(u, dict):
+        for src, kind in (("prompt_tokens", "prompt"), ("completion_tokens", "completion")):
+            v = u.get(src)
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                usage[kind] = v
+    return content, usage
