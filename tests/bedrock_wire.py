@@ -117,3 +117,17 @@ def stream_of(content: Sequence[Json], *, stop: str = "end_turn",
         "usage": {"inputTokens": 30, "outputTokens": 12, "totalTokens": 42},
         "metrics": {"latencyMs": 321}}))
     return b"".join(out)
+
+
+def boto_parse(body: Json) -> Json:
+    """`body` as boto3 parses a Converse response (its rest-json parser and output shape)."""
+    import botocore.parsers
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("bedrock-runtime")
+    shape = model.operation_model("Converse").output_shape
+    parser = botocore.parsers.create_parser("rest-json")
+    response = {"status_code": 200, "headers": {}, "body": json.dumps(body).encode()}
+    parsed: Json = parser.parse(response, shape)
+    assert parsed["output"]["message"]["content"] is not None
+    return parsed
