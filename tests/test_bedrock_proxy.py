@@ -46,6 +46,7 @@ MODES = {
     "abst": ("abstain", "buffer"),
     "pblk": ("block", "progressive"),
     "pstrip": ("strip", "progressive"),
+    "pabst": ("abstain", "progressive"),
 }
 POLICY = """\
 name: bedrock-{prefix}
@@ -272,9 +273,11 @@ def test_abstained_is_a_normal_answer(env: Env) -> None:
     assert resp["ResponseMetadata"]["HTTPHeaders"]["x-citewarden-decision"] == "abstained"
     assert text_of(resp).startswith(ABSTAIN)
     assert resp["stopReason"] == "end_turn"
-    _, events = converse_stream(env, "abst", ALL_BAD)
-    assert streamed_text(events).startswith(ABSTAIN)
-    assert "99" not in json.dumps(events)
+    for prefix in ("abst", "pabst"):
+        _, events = converse_stream(env, prefix, ALL_BAD)
+        assert streamed_text(events).startswith(ABSTAIN)
+        assert "99" not in json.dumps(events)
+        assert "messageStop" in events[-2]
 
 
 def test_blocked_raises_validation_exception_with_the_citewarden_body(env: Env) -> None:
