@@ -8,6 +8,7 @@ in progressive streaming where each claim is released only once it has verified.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 import time
@@ -25,7 +26,6 @@ from gateway.pipeline import Judgement, KnownVerdicts, Pipelines, RoutePipeline,
 from gateway.policy import PolicyStore
 from gateway.protocols.base import RequestInfo
 from gateway.protocols.fields import loads_unique
-from gateway.sse import SSEDecoder, encode
 from gateway.stream import ProgressiveRelease, StreamVerifier
 from gateway.turns import Turns
 from gateway.types import Decision, Outcome, Report
@@ -208,6 +208,10 @@ class _Exchange:
             headers.append((b"x-citewarden-decision", decision.encode()))
         if extra:
             headers.extend(extra)
+        adapter = self.pipeline.adapter if self.pipeline is not None else None
+        error_headers = getattr(adapter, "error_headers", None)
+        if status >= 400 and error_headers is not None:  # Bedrock's x-amzn-ErrorType
+            headers.extend(error_headers(status))
         self.status = status
         self.content_type = content_type
         await self.send({"type": "http.response.start", "status": status, "headers": headers})
@@ -395,6 +399,9 @@ class _Exchange:
             )
             return
         info = adapter.request_info(request)
+        by_path = getattr(adapter, "streams_by_path", None)
+        if by_path is not None and (path_stream := by_path(self.path)) is not None:
+            info = dataclasses.replace(info, stream=path_stream)  # Bedrock's converse-stream
         self.streaming = info.stream
         raw = self._forwarded(pipeline, raw)
         headers = forward_request_headers(self.raw_headers, self.request_id)
@@ -478,9 +485,12 @@ class _Exchange:
                 return
             body = _gateway_error(err.kind, f"citewarden: {err}")
             await self.respond(err.status, body)
-        elif not self.ended and pipeline is not None and self.content_type == SSE:
+        elif not self.ended and pipeline is not None and self.content_type in (
+            SSE,
+            pipeline.codec.content_type,
+        ):
             event = pipeline.adapter.error_event(f"citewarden: {err}", err.kind)
-            await self.body(encode(event))
+            await self.body(pipeline.codec.encode(event))
         # Else a passthrough body is under way: returning without its end makes the server cut
         # the connection, so the client sees a truncated answer, never a complete one.
         if pipeline is not None:
@@ -515,7 +525,7 @@ class _Exchange:
                     return s.status, s.headers, await s.read(), None
                 ctx = pipeline.context(request, None, dict(s.headers))
                 verifier = StreamVerifier(pipeline, ctx)
-                decoder = SSEDecoder()
+                decoder = pipeline.codec.decoder()
                 parts: list[bytes] = []
                 async for chunk in s.iter_bytes():
                     parts.append(chunk)
@@ -568,7 +578,9 @@ class _Exchange:
     ) -> None:
         attempts = 1 + (
             pipeline.policy.release.retry
-            if pipeline.route.protocol != "rag-json" and self.scope["method"] == "POST"
+            if pipeline.route.protocol != "rag-json"
+            and self.scope["method"] == "POST"
+            and getattr(pipeline.adapter, "retries", True)  # not under a SigV4 signature
             else 0
         )
         for attempt in range(attempts):
@@ -618,7 +630,7 @@ class _Exchange:
         decision = outcome.decision.value
         shadow = pipeline.policy.mode == "shadow"
         passthrough_headers = _verified_headers(up_headers)
-        ctype = SSE if stream else JSON
+        ctype = pipeline.codec.content_type if stream else JSON
         if shadow:
             extra = [*passthrough_headers, (b"x-citewarden-mode", b"shadow")]
             await self.respond(200, upstream_body, ctype, extra, decision=decision)
@@ -668,8 +680,11 @@ class _Exchange:
                 await self._error(pipeline, 502, "bad_upstream_answer", str(e))
                 return
             release = ProgressiveRelease(pipeline, ctx, self.request_id, include_usage, request)
-            await self.start(200, SSE, _verified_headers(s.headers), decision="progressive")
-            decoder = SSEDecoder()
+            codec = pipeline.codec
+            await self.start(
+                200, codec.content_type, _verified_headers(s.headers), decision="progressive"
+            )
+            decoder = codec.decoder()
             try:
                 chunks = s.iter_bytes()
                 if release.judged:  # verdicts arriving between chunks release their claims

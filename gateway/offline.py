@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gateway.errors import InputError, ProtocolError
+from gateway.framing import SSE_CODEC
 from gateway.pipeline import Judgement, RoutePipeline, claim_views
 from gateway.policy import Route, load_policy
 from gateway.protocols import ADAPTERS
@@ -104,7 +105,9 @@ def _verify(
     pipeline = RoutePipeline(loaded, route)
     request = _json(_read(request_path, "request"), "request", request_path)
     raw = _read(response_path, "response")
-    stream = _looks_like_sse(response_path, raw)
+    stream = _looks_like_sse(response_path, raw) or (
+        pipeline.codec is not SSE_CODEC and not raw.lstrip().startswith(b"{")
+    )  # an event-stream capture (Bedrock): binary, never a JSON object
     forward = getattr(pipeline.adapter, "forward_body", None)
     if forward is not None:  # what the client itself asked for (Responses `include`)
         forward(json.dumps(request).encode(), "", loaded.policy)
@@ -130,7 +133,14 @@ def _verify(
         answer, judgement, raw, REQUEST_ID, stream=stream, include_usage=include_usage
     )
     body: Any
-    body = rendered.body.decode() if stream and rendered.status < 300 else json.loads(rendered.body)
+    if stream and rendered.status < 300 and pipeline.codec is not SSE_CODEC:
+        decoder = pipeline.codec.decoder()  # binary framing: the events, one object each
+        events = decoder.feed(rendered.body) + decoder.finish()
+        body = [{"event": e.event, "data": json.loads(e.data)} for e in events]
+    elif stream and rendered.status < 300:
+        body = rendered.body.decode()
+    else:
+        body = json.loads(rendered.body)
     outcome = judgement.outcome
     report = {
         "decision": outcome.decision.value,

@@ -18,12 +18,12 @@ import orjson
 from gateway.checks.base import cited_chunks, claim_body
 from gateway.checks.judge import PENDING, JudgePass, JudgeStats, Pending, last_user_text
 from gateway.context import build_context
+from gateway.framing import codec_of
 from gateway.policy import LoadedPolicy, Route
 from gateway.protocols import ADAPTERS
 from gateway.protocols.base import Adapter, channel_key
 from gateway.protocols.fields import allowed, level_of
 from gateway.release import decide
-from gateway.sse import SSEDecoder, encode
 from gateway.types import (
     Answer,
     Channel,
@@ -41,6 +41,7 @@ PRIMARY_CHANNEL = {
     "openai-chat": channel_key(("choices", 0, "message", "content")),
     "anthropic-messages": channel_key(("content",)),
     "openai-responses": channel_key(("output_text", 0)),
+    "bedrock-converse": channel_key(("output", "message", "content")),
 }
 
 # The last bytes of a well-formed stream, per protocol (up to the event's closing brace).
@@ -92,6 +93,7 @@ class RoutePipeline:
             JudgePass(spec) if spec is not None and "unsupported" in loaded.policy.checks
             else None
         )
+        self.codec = codec_of(self.adapter)  # how its streams are framed (SSE unless its own)
 
     def context(
         self,
@@ -279,7 +281,7 @@ class RoutePipeline:
 
     def parse_stream(self, raw: bytes) -> Answer:
         """A whole buffered SSE capture → the same Answer the JSON body would give."""
-        decoder = SSEDecoder()
+        decoder = self.codec.decoder()
         parser = self.adapter.stream_parser(self.route)
         for event in decoder.feed(raw):
             parser.feed(event)
@@ -325,7 +327,7 @@ class RoutePipeline:
         body = self.adapter.render(answer, judgement.claims, outcome, judgement.report, self.policy)
         if stream:
             events = self.adapter.to_stream(body, include_usage)
-            return Rendered(200, b"".join(encode(e) for e in events), unchanged=False)
+            return Rendered(200, b"".join(map(self.codec.encode, events)), unchanged=False)
         return Rendered(200, dumps(body), unchanged=False)
 
     def dropped_levels(self, answer: Answer) -> dict[str, int]:

@@ -42,7 +42,9 @@ from gateway import jsonpointer
 from gateway.errors import PolicyError
 from gateway.paths import Glob, Segments, segments
 
-Protocol = Literal["openai-chat", "openai-responses", "anthropic-messages", "rag-json"]
+Protocol = Literal[
+    "openai-chat", "openai-responses", "anthropic-messages", "rag-json", "bedrock-converse"
+]
 CheckName = Literal[
     "missing_citation",
     "malformed_citation",
@@ -1137,6 +1139,14 @@ def lint(policies: Sequence[LoadedPolicy]) -> list[Diagnostic]:
                     "output; verify it on a route instead",
                 )
         for i, route in enumerate(p.routes):
+            if route.protocol == "bedrock-converse" and p.release.retry:
+                warn(
+                    loaded,
+                    ("release", "retry"),
+                    f"release.retry is not applied on route {route.name!r} (bedrock-converse): "
+                    "a re-asked request would need a new body, which the client's SigV4 "
+                    "signature does not cover",
+                )
             if route.rag is not None and route.protocol != "rag-json":
                 warn(
                     loaded,

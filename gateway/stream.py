@@ -678,7 +678,8 @@ class ProgressiveRelease:
         framer_error = getattr(self.framer, "error", None)
         if framer_error is not None:
             return bytes(framer_error(f"citewarden: {message}", "upstream_error"))
-        return encode(self.pipeline.adapter.error_event(f"citewarden: {message}", "upstream_error"))
+        event = self.pipeline.adapter.error_event(f"citewarden: {message}", "upstream_error")
+        return self.pipeline.codec.encode(event)
 
     # -- claims ------------------------------------------------------------------------------
 
@@ -724,7 +725,7 @@ class ProgressiveRelease:
         self.decision = outcome.decision.value
         self.outcome = outcome
         events = self.pipeline.adapter.to_stream(body, self.include_usage)
-        return b"".join(encode(e) for e in events)
+        return b"".join(map(self.pipeline.codec.encode, events))
 
     def _fail(self, outcome: Outcome) -> bytes:
         if outcome.decision in (Decision.ABSTAINED, Decision.REVIEW) and not self.framer.started:
@@ -742,4 +743,4 @@ class ProgressiveRelease:
         if framer_error is not None:
             return bytes(framer_error(text, "citation_verification_failed"))
         event = self.pipeline.adapter.error_event(text, "citation_verification_failed")
-        return encode(event)
+        return self.pipeline.codec.encode(event)

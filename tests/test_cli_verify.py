@@ -21,6 +21,7 @@ PROTOCOL_DIRS = {
     "openai_responses": "openai-responses",
     "anthropic_messages": "anthropic-messages",
     "rag_json": "rag-json",
+    "bedrock_converse": "bedrock-converse",
 }
 
 POLICY = """\
@@ -39,6 +40,9 @@ routes:
     match: {{path_prefix: /rag/}}
     protocol: rag-json
     rag: {{answer: /answer, claims: /claims, context: /sources}}
+  - name: bedrock
+    match: {{path_glob: /model/*/converse}}
+    protocol: bedrock-converse
 citations: {{format: {format}}}
 release: {{on_unverified: {on_unverified}}}
 """
@@ -80,7 +84,7 @@ def rows() -> list[Row]:
         if (
             section not in PROTOCOL_DIRS
             or len(cells) != 5
-            or not cells[0].endswith(("json", "sse"))
+            or not cells[0].endswith(("json", "sse", "eventstream"))
         ):
             continue
         files, decision, reason, index, notes = cells
@@ -140,7 +144,7 @@ def test_the_readme_table_covers_every_response_fixture() -> None:
     on_disk = {
         f"{p.parent.name}/{p.name}"
         for p in FIXTURES.glob("*/*")
-        if p.suffix in (".json", ".sse") and not p.name.startswith("request")
+        if p.suffix in (".json", ".sse", ".eventstream") and not p.name.startswith("request")
     }
     assert on_disk == listed
     assert len(ROWS) >= 35

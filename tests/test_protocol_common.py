@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import ProtocolError
+from gateway.framing import codec_of
 from gateway.protocols import ADAPTERS, get
-from gateway.sse import encode
 from gateway.types import Decision, Outcome, Report
+from tests.bedrock_wire import boto_parse
 from tests.test_protocol_helpers import (
     DIRS,
     FIXTURES,
@@ -44,6 +45,9 @@ SSE_PAIRS = [
     ("openai-responses", "good.sse", "good.json"),
     ("openai-responses", "file_search.sse", "file_search.json"),
     ("openai-responses", "reasoning_tool.sse", "reasoning_tool.json"),
+    ("bedrock-converse", "good.eventstream", "good.json"),
+    ("bedrock-converse", "partial.eventstream", "partial.json"),
+    ("bedrock-converse", "reasoning_tool.eventstream", "reasoning_tool.json"),
 ]
 
 
@@ -54,12 +58,16 @@ def validate(protocol: str, body: dict[str, object]) -> None:
         anthropic.types.Message.model_validate(body)
     elif protocol == "openai-responses":
         openai.types.responses.Response.model_validate(body)
+    elif protocol == "bedrock-converse":
+        boto_parse(body)
     else:
         json.dumps(body)
 
 
 def test_registry_names() -> None:
-    assert set(ADAPTERS) == {"openai-chat", "openai-responses", "anthropic-messages", "rag-json"}
+    assert set(ADAPTERS) == {
+        "openai-chat", "openai-responses", "anthropic-messages", "rag-json", "bedrock-converse"
+    }
     assert get("rag-json").name == "rag-json"
     with pytest.raises(KeyError):
         get("nope")
@@ -103,6 +111,9 @@ def test_stream_parse_invariant_under_byte_splits(
         ("anthropic-messages", "error_midstream.sse"),
         ("openai-responses", "truncated.sse"),
         ("openai-responses", "failed.sse"),
+        ("bedrock-converse", "truncated.eventstream"),
+        ("bedrock-converse", "bad_crc.eventstream"),
+        ("bedrock-converse", "exception_midstream.eventstream"),
     ],
 )
 def test_incomplete_or_error_streams_raise(protocol: str, sse: str) -> None:
@@ -124,6 +135,9 @@ def test_incomplete_or_error_streams_raise(protocol: str, sse: str) -> None:
         ("rag-json", {"unrelated": True}),
         ("rag-json", {"answer": 5}),
         ("rag-json", {"claims": [{"citations": []}]}),
+        ("bedrock-converse", {"output": {"message": {"role": "assistant"}}}),
+        ("bedrock-converse", {"output": {"message": {"content": [{"text": 3}]}}}),
+        ("bedrock-converse", {"output": {"message": {"content": [{"text": "a", "toolUse": {}}]}}}),
     ],
 )
 def test_wrong_shapes_raise(protocol: str, body: dict[str, object]) -> None:
@@ -163,7 +177,7 @@ def test_render_gives_sdk_valid_bodies_that_round_trip_as_streams(
     again = adapter.parse(body, ROUTES[protocol])
     for include_usage in (True, False):
         events = adapter.to_stream(body, include_usage)
-        wire = b"".join(encode(e) for e in events)
+        wire = b"".join(map(codec_of(adapter).encode, events))
         streamed = summary(parse_stream(protocol, [wire]))
         if include_usage or protocol != "openai-chat":
             assert streamed == summary(again)
@@ -188,6 +202,8 @@ def test_blocked_render_is_the_error_envelope(protocol: str) -> None:
 
 
 def out_message(body: dict[str, object]) -> str:
+    if set(body) == {"message"}:  # Bedrock's envelope
+        return str(body["message"])
     err = body["error"]
     assert isinstance(err, dict)
     return str(err["message"])

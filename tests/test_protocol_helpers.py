@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gateway.framing import codec_of
 from gateway.policy import Match, Policy, RagSpec, Route
 from gateway.protocols import ADAPTERS
-from gateway.sse import SSEDecoder
 from gateway.types import Answer, Claim
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -17,6 +17,7 @@ DIRS = {
     "openai-responses": "openai_responses",
     "anthropic-messages": "anthropic_messages",
     "rag-json": "rag_json",
+    "bedrock-converse": "bedrock_converse",
 }
 
 ROUTES = {
@@ -34,6 +35,11 @@ ROUTES = {
         match=Match(path_prefix="/rag/"),
         protocol="rag-json",
         rag=RagSpec(answer="/answer", claims="/claims", context="/sources"),
+    ),
+    "bedrock-converse": Route(
+        name="bedrock",
+        match=Match(path_glob="/model/*/converse"),
+        protocol="bedrock-converse",
     ),
 }
 POLICY = Policy(name="test", routes=list(ROUTES.values()))
@@ -53,7 +59,7 @@ def parse_json(protocol: str, name: str) -> Answer:
 
 def parse_stream(protocol: str, pieces: list[bytes]) -> Answer:
     parser = ADAPTERS[protocol].stream_parser(ROUTES[protocol])
-    dec = SSEDecoder()
+    dec = codec_of(ADAPTERS[protocol]).decoder()
     for p in pieces:
         for ev in dec.feed(p):
             parser.feed(ev)
