@@ -354,7 +354,9 @@ class RoutePipeline:
         if marker is None:
             relayable = getattr(self.adapter, "stream_relayable", None)
             return bool(relayable(raw)) if relayable is not None else False
-        at = raw.rfind(marker)
+        # The first terminal event is where parsers stop: anything after it, another terminal
+        # event included, was never verified.
+        at = raw.find(marker)
         return at >= 0 and not raw[at + len(marker) :].strip(b" \t\r\n}")
 
     def is_error_envelope(self, parsed: object) -> bool:
