@@ -15,7 +15,9 @@ from typing import Any, TextIO
 
 from gateway.errors import GatewayError, PolicyError
 
-PROTOCOLS = ("openai-chat", "openai-responses", "anthropic-messages", "rag-json")
+PROTOCOLS = (
+    "openai-chat", "openai-responses", "anthropic-messages", "rag-json", "cohere-chat"
+)
 
 
 def _env(name: str, default: str | None = None) -> str | None:

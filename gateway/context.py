@@ -499,6 +499,10 @@ def request_context(
         from gateway.protocols.openai_responses import context as responses
 
         responses.request_context(body, ctx, pattern, trust)
+    elif protocol == "cohere-chat":
+        from gateway.protocols.cohere import context as cohere
+
+        cohere.request_context(body, ctx, pattern, trust)
     else:
         generic_request_context(body, ctx, pattern, trust)
     return ctx

@@ -39,6 +39,7 @@ PRIMARY_CHANNEL = {
     "openai-chat": channel_key(("choices", 0, "message", "content")),
     "anthropic-messages": channel_key(("content",)),
     "openai-responses": channel_key(("output_text", 0)),
+    "cohere-chat": channel_key(("text", 0)),  # the first text item of message.content
 }
 
 # The last bytes of a well-formed stream, per protocol (up to the event's closing brace).
