@@ -21,6 +21,7 @@ PROTOCOL_DIRS = {
     "openai_responses": "openai-responses",
     "anthropic_messages": "anthropic-messages",
     "rag_json": "rag-json",
+    "cohere_chat": "cohere-chat",
 }
 
 POLICY = """\
@@ -39,6 +40,9 @@ routes:
     match: {{path_prefix: /rag/}}
     protocol: rag-json
     rag: {{answer: /answer, claims: /claims, context: /sources}}
+  - name: cohere
+    match: {{path: /v2/chat}}
+    protocol: cohere-chat
 citations: {{format: {format}}}
 release: {{on_unverified: {on_unverified}}}
 """
