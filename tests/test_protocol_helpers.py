@@ -17,6 +17,7 @@ DIRS = {
     "openai-responses": "openai_responses",
     "anthropic-messages": "anthropic_messages",
     "rag-json": "rag_json",
+    "cohere-chat": "cohere_chat",
 }
 
 ROUTES = {
@@ -29,6 +30,7 @@ ROUTES = {
     "openai-responses": Route(
         name="responses", match=Match(path="/v1/responses"), protocol="openai-responses"
     ),
+    "cohere-chat": Route(name="cohere", match=Match(path="/v2/chat"), protocol="cohere-chat"),
     "rag-json": Route(
         name="kb",
         match=Match(path_prefix="/rag/"),
