@@ -1071,7 +1071,9 @@ RAG = ProtocolSpec(
     error_protocol="rag-json",
 )
 
-REGISTRY: dict[str, ProtocolSpec] = {s.name: s for s in (OPENAI, ANTHROPIC, RAG)}
+from tests.attacks.cohere_spec import COHERE  # noqa: E402  (it builds on the names above)
+
+REGISTRY: dict[str, ProtocolSpec] = {s.name: s for s in (OPENAI, ANTHROPIC, RAG, COHERE)}
 """Adding a protocol to the matrix is one entry here."""
 
 
@@ -1124,8 +1126,10 @@ def _dup_stream(spec: ProtocolSpec, reverse: bool) -> Callable[[], bytes] | None
 
 def _dup_top(spec: ProtocolSpec) -> Callable[[], bytes]:
     def build() -> bytes:
-        raw = json.dumps(spec.body(GOOD))
-        return ('{"model": ' + json.dumps(BAD) + ", " + raw[1:]).encode()
+        body = spec.body(GOOD)
+        key = "model" if "model" in body else next(iter(body))  # a key the body really has
+        raw = json.dumps(body)
+        return ("{" + json.dumps(key) + ": " + json.dumps(BAD) + ", " + raw[1:]).encode()
 
     return build
 
