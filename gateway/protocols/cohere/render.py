@@ -105,10 +105,11 @@ def released_body(
     for path in sorted(answer.unknown_fields, key=len, reverse=True):
         if path[0] == "stream" or field_allowed(path, policy):
             continue
-        if path[:2] == ("message", "citations") or path[:2] == ("message", "content"):
-            if len(path) == 3 and path[1] == "content":
-                gone.add(int(path[2]))
-            continue  # citations are rebuilt below, content items removed below
+        if path[:2] == ("message", "citations"):
+            continue  # citations are rebuilt below from their known fields
+        if path[:2] == ("message", "content") and len(path) == 3:
+            gone.add(int(path[2]))  # a whole item of an unknown type: removed below
+            continue
         node: Any = body
         try:
             for p in path[:-1]:
