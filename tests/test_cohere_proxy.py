@@ -86,7 +86,10 @@ def _bodies() -> dict[str, dict[str, Any]]:
     planted_user = w.body(user_chunk, [w.cite(user_chunk, "waterproof", "k7:water")])
     chunk_cited = "The K7 meets IEC 62619."
     by_chunk = w.body(chunk_cited, [w.cite(chunk_cited, "IEC 62619", "k7:safety")])
+    calls = w.body(None, tool_plan=f"{PLANTED} plan", finish="TOOL_CALL", tool_calls=[
+        w.tool_call("lookup_1", "warranty_lookup", {"model": "K7"})])
     return {
+        "calls": calls,
         "good": good, "mixed": mixed, "allbad": all_bad, "uni": uni, "unibytes": uni_bytes,
         "planted": planted, "tool": tool_cited, "userchunk": planted_user, "chunk": by_chunk,
     }
@@ -404,3 +407,21 @@ def test_progressive_abstain_before_any_claim_streams_the_template(
     text, cits, end = _streamed(_stream("allbad-sse", "progabstain"))
     assert text.startswith(ABSTAIN) and not cits
     assert end.delta.finish_reason == "COMPLETE"
+
+
+@pytest.mark.parametrize("policy", ["prog", None])
+def test_a_tool_call_stream_keeps_its_calls_and_withholds_the_plan(
+    env: tuple[Gateway, FakeUpstream], policy: str | None
+) -> None:
+    gw, _ = env
+    events = _stream("calls-sse", policy)
+    assert events[0].type == "message-start" and events[-1].type == "message-end"
+    assert events[-1].delta.finish_reason == "TOOL_CALL"
+    starts = [e.delta.message.tool_calls for e in events if e.type == "tool-call-start"]
+    assert [(c.id, c.function.name) for c in starts] == [("lookup_1", "warranty_lookup")]
+    args = "".join(
+        e.delta.message.tool_calls.function.arguments for e in events if e.type == "tool-call-delta"
+    )
+    assert json.loads(args) == {"model": "K7"}
+    assert not [e for e in events if e.type == "tool-plan-delta"]
+    assert PLANTED not in _raw(gw, "calls-sse", policy, stream=True).text

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from gateway.policy import Policy, Route
 from gateway.protocols.base import (
+    BLOCKED_TYPE,
     RequestInfo,
     blocked_message,
     rule_withholds_something,
@@ -92,7 +93,7 @@ class CohereChat:
                 return abstained_body(answer, template_text(outcome, policy, "review_required"))
             case Decision.BLOCKED:
                 return self.error_envelope(
-                    policy.release.block_status, blocked_message(outcome), "blocked"
+                    policy.release.block_status, blocked_message(outcome), BLOCKED_TYPE
                 )
             case _:
                 raise ValueError(f"unknown decision {outcome.decision!r}")
