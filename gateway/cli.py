@@ -16,7 +16,8 @@ from typing import Any, TextIO
 from gateway.errors import GatewayError, PolicyError
 
 PROTOCOLS = (
-    "openai-chat", "openai-responses", "anthropic-messages", "rag-json", "bedrock-converse"
+    "openai-chat", "openai-responses", "anthropic-messages", "rag-json",
+    "bedrock-converse", "cohere-chat"
 )
 
 

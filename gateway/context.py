@@ -503,6 +503,10 @@ def request_context(
         from gateway.protocols.bedrock import context as bedrock
 
         bedrock.request_context(body, ctx, pattern, trust)
+    elif protocol == "cohere-chat":
+        from gateway.protocols.cohere import context as cohere
+
+        cohere.request_context(body, ctx, pattern, trust)
     else:
         generic_request_context(body, ctx, pattern, trust)
     return ctx

@@ -42,6 +42,7 @@ PRIMARY_CHANNEL = {
     "anthropic-messages": channel_key(("content",)),
     "openai-responses": channel_key(("output_text", 0)),
     "bedrock-converse": channel_key(("output", "message", "content")),
+    "cohere-chat": channel_key(("text", 0)),  # the first text item of message.content
 }
 
 # The last bytes of a well-formed stream, per protocol (up to the event's closing brace).

@@ -43,7 +43,8 @@ from gateway.errors import PolicyError
 from gateway.paths import Glob, Segments, segments
 
 Protocol = Literal[
-    "openai-chat", "openai-responses", "anthropic-messages", "rag-json", "bedrock-converse"
+    "openai-chat", "openai-responses", "anthropic-messages", "rag-json",
+    "bedrock-converse", "cohere-chat"
 ]
 CheckName = Literal[
     "missing_citation",

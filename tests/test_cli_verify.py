@@ -22,6 +22,7 @@ PROTOCOL_DIRS = {
     "anthropic_messages": "anthropic-messages",
     "rag_json": "rag-json",
     "bedrock_converse": "bedrock-converse",
+    "cohere_chat": "cohere-chat",
 }
 
 POLICY = """\
@@ -43,6 +44,9 @@ routes:
   - name: bedrock
     match: {{path_glob: /model/*/converse}}
     protocol: bedrock-converse
+  - name: cohere
+    match: {{path: /v2/chat}}
+    protocol: cohere-chat
 citations: {{format: {format}}}
 release: {{on_unverified: {on_unverified}}}
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import anthropic.types
+import cohere.v2.types
 import openai.types.chat
 import openai.types.responses
 import pytest
@@ -48,6 +49,9 @@ SSE_PAIRS = [
     ("bedrock-converse", "good.eventstream", "good.json"),
     ("bedrock-converse", "partial.eventstream", "partial.json"),
     ("bedrock-converse", "reasoning_tool.eventstream", "reasoning_tool.json"),
+    ("cohere-chat", "good.sse", "good.json"),
+    ("cohere-chat", "hallucinated.sse", "hallucinated.json"),
+    ("cohere-chat", "tool_call.sse", "tool_call.json"),
 ]
 
 
@@ -60,13 +64,16 @@ def validate(protocol: str, body: dict[str, object]) -> None:
         openai.types.responses.Response.model_validate(body)
     elif protocol == "bedrock-converse":
         boto_parse(body)
+    elif protocol == "cohere-chat":
+        cohere.v2.types.V2ChatResponse.model_validate(body)
     else:
         json.dumps(body)
 
 
 def test_registry_names() -> None:
     assert set(ADAPTERS) == {
-        "openai-chat", "openai-responses", "anthropic-messages", "rag-json", "bedrock-converse"
+        "openai-chat", "openai-responses", "anthropic-messages", "rag-json",
+        "bedrock-converse", "cohere-chat"
     }
     assert get("rag-json").name == "rag-json"
     with pytest.raises(KeyError):
@@ -85,7 +92,7 @@ def test_every_fixture_parses(protocol: str, name: str) -> None:
 def test_sse_capture_equals_json(protocol: str, sse: str, body: str) -> None:
     streamed = summary(parse_stream(protocol, [raw(protocol, sse)]))
     whole = summary(parse_json(protocol, body))
-    if sse == "hallucinated.sse":  # captured without stream_options.include_usage
+    if protocol == "openai-chat" and sse == "hallucinated.sse":  # no include_usage
         assert streamed[3] == {}
         streamed, whole = streamed[:3], whole[:3]
     assert streamed == whole
@@ -114,6 +121,8 @@ def test_stream_parse_invariant_under_byte_splits(
         ("bedrock-converse", "truncated.eventstream"),
         ("bedrock-converse", "bad_crc.eventstream"),
         ("bedrock-converse", "exception_midstream.eventstream"),
+        ("cohere-chat", "truncated.sse"),
+        ("cohere-chat", "error_midstream.sse"),
     ],
 )
 def test_incomplete_or_error_streams_raise(protocol: str, sse: str) -> None:
@@ -132,6 +141,10 @@ def test_incomplete_or_error_streams_raise(protocol: str, sse: str) -> None:
         ("openai-responses", {"object": "chat.completion", "choices": []}),
         ("openai-responses", {"object": "response", "output": [{"content": []}]}),
         ("openai-responses", {"object": "response", "output": [{"type": "message"}]}),
+        ("cohere-chat", {"id": "x", "finish_reason": "COMPLETE"}),
+        ("cohere-chat", {"message": {"content": [{"type": "text"}]}}),
+        ("cohere-chat", {"message": {"content": [{"type": "text", "text": "ab"}],
+                                     "citations": [{"start": 0, "end": 9, "text": "ab"}]}}),
         ("rag-json", {"unrelated": True}),
         ("rag-json", {"answer": 5}),
         ("rag-json", {"claims": [{"citations": []}]}),
@@ -202,7 +215,7 @@ def test_blocked_render_is_the_error_envelope(protocol: str) -> None:
 
 
 def out_message(body: dict[str, object]) -> str:
-    if set(body) == {"message"}:  # Bedrock's envelope
+    if "error" not in body:  # Bedrock's and Cohere's envelope is `{"message"}`
         return str(body["message"])
     err = body["error"]
     assert isinstance(err, dict)
@@ -220,11 +233,12 @@ def test_error_envelopes_match_protocol_shapes() -> None:
     assert ADAPTERS["rag-json"].error_envelope(422, "m", "t") == {
         "error": {"message": "m", "type": "t", "code": 422}
     }
+    assert ADAPTERS["cohere-chat"].error_envelope(422, "m", "t") == {"message": "m"}
     anthropic_event = ADAPTERS["anthropic-messages"].error_event("m", "overloaded_error")
     assert anthropic_event.event == "error"
 
 
-@pytest.mark.parametrize("protocol", ["openai-chat", "anthropic-messages"])
+@pytest.mark.parametrize("protocol", ["openai-chat", "anthropic-messages", "cohere-chat"])
 def test_request_info(protocol: str) -> None:
     adapter = ADAPTERS[protocol]
     info = adapter.request_info(load(protocol, "request_stream.json"))

@@ -18,6 +18,7 @@ DIRS = {
     "anthropic-messages": "anthropic_messages",
     "rag-json": "rag_json",
     "bedrock-converse": "bedrock_converse",
+    "cohere-chat": "cohere_chat",
 }
 
 ROUTES = {
@@ -30,6 +31,7 @@ ROUTES = {
     "openai-responses": Route(
         name="responses", match=Match(path="/v1/responses"), protocol="openai-responses"
     ),
+    "cohere-chat": Route(name="cohere", match=Match(path="/v2/chat"), protocol="cohere-chat"),
     "rag-json": Route(
         name="kb",
         match=Match(path_prefix="/rag/"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gateway.protocols.anthropic_messages import AnthropicMessages
 from gateway.protocols.base import Adapter, RequestInfo, StreamParser, TextDelta
 from gateway.protocols.bedrock import BedrockConverse
+from gateway.protocols.cohere import CohereChat
 from gateway.protocols.openai_chat import OpenAIChat
 from gateway.protocols.openai_responses import OpenAIResponses
 from gateway.protocols.rag_json import RagJson
@@ -17,6 +18,7 @@ ADAPTERS: dict[str, Adapter] = {
     "anthropic-messages": AnthropicMessages(),
     "rag-json": RagJson(),
     "bedrock-converse": BedrockConverse(),
+    "cohere-chat": CohereChat(),
 }
 
 

@@ -1071,7 +1071,9 @@ RAG = ProtocolSpec(
     error_protocol="rag-json",
 )
 
-REGISTRY: dict[str, ProtocolSpec] = {s.name: s for s in (OPENAI, ANTHROPIC, RAG)}
+from tests.attacks.cohere_spec import COHERE  # noqa: E402  (it builds on the names above)
+
+REGISTRY: dict[str, ProtocolSpec] = {s.name: s for s in (OPENAI, ANTHROPIC, RAG, COHERE)}
 """Adding a protocol to the matrix is one entry here."""
 
 

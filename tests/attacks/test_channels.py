@@ -52,6 +52,8 @@ def _clean_end(spec: ProtocolSpec, resp: RawResponse) -> bool:
         return any(data.strip() == "[DONE]" for _, data in events)
     if spec.name == "anthropic-messages":
         return any(name == "message_stop" for name, _ in events)
+    if spec.name == "cohere-chat":
+        return any(name == "message-end" and '"ERROR"' not in data for name, data in events)
     return resp.status < 300
 
 

@@ -142,7 +142,7 @@ LLM_SPECS = [s for s in REGISTRY.values() if s.name != "rag-json"]
 
 def _with_system(spec: ProtocolSpec, system: str, stream: bool) -> dict[str, Any]:
     req = spec.request(QUESTION, stream)
-    if spec.name == "openai-chat":
+    if spec.name in ("openai-chat", "cohere-chat"):
         req["messages"][0]["content"] = system
     else:
         req["system"] = system

@@ -1,0 +1,118 @@
+"""cohere-chat: `POST /v2/chat`, JSON and SSE. The adapter ties parse, stream, render, context
+and framer together behind the interface every protocol offers."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+
+from gateway.policy import Policy, Route
+from gateway.protocols.base import (
+    BLOCKED_TYPE,
+    RequestInfo,
+    blocked_message,
+    rule_withholds_something,
+    template_text,
+)
+from gateway.protocols.cohere import context as cctx
+from gateway.protocols.cohere.fields import BODY_TABLE
+from gateway.protocols.cohere.framer import CohereFramer
+from gateway.protocols.cohere.parse import NAME, parse_body
+from gateway.protocols.cohere.render import (
+    abstained_body,
+    partial_body,
+    released_body,
+    to_events,
+)
+from gateway.protocols.cohere.stream import CohereStreamParser, loads
+from gateway.protocols.relay import relayed_message
+from gateway.sse import SSEDecoder, SSEEvent, encode
+from gateway.types import Answer, Claim, ContextSet, Decision, Outcome, Report
+
+__all__ = ["CohereChat"]
+
+
+class CohereChat:
+    name = NAME
+    field_table = BODY_TABLE
+
+    def request_info(self, body: Mapping[str, object]) -> RequestInfo:
+        return RequestInfo(stream=body.get("stream") is True, include_usage=True, n=1)
+
+    def request_context(
+        self, body: Mapping[str, object], ctx: ContextSet, chunk_re: re.Pattern[str] | None
+    ) -> None:
+        cctx.request_context(body, ctx, chunk_re)
+
+    def parse(self, body: Mapping[str, object], route: Route) -> Answer:
+        return parse_body(body)
+
+    def stream_parser(self, route: Route) -> CohereStreamParser:
+        return CohereStreamParser()
+
+    def progressive_framer(self, include_usage: bool) -> CohereFramer:
+        return CohereFramer(include_usage)
+
+    def needs_rewrite(self, answer: Answer, policy: Policy) -> bool:
+        """Whether the released body differs from the upstream's: a channel or field rule
+        withholds something, or a citation or the logprobs cannot go out as they are."""
+        if rule_withholds_something(answer, policy):
+            return True
+        return released_body(answer, policy) != answer.body
+
+    def stream_relayable(self, raw: bytes) -> bool:
+        """A captured stream goes out as the upstream's bytes only when it ends with
+        `message-end` and holds nothing but the event lines the gateway would write."""
+        decoder = SSEDecoder()
+        events = decoder.feed(raw) + decoder.finish()
+        if not events:
+            return False
+        try:
+            last = loads(events[-1].data).get("type")
+        except Exception:
+            return False
+        return last == "message-end" and b"".join(encode(e) for e in events) == raw
+
+    def render(
+        self,
+        answer: Answer,
+        claims: Sequence[Claim],
+        outcome: Outcome,
+        report: Report,
+        policy: Policy,
+    ) -> dict[str, object]:
+        match outcome.decision:
+            case Decision.RELEASED:
+                return released_body(answer, policy)
+            case Decision.PARTIAL:
+                return partial_body(answer, claims, outcome, policy)
+            case Decision.ABSTAINED:
+                return abstained_body(answer, template_text(outcome, policy, "no_evidence"))
+            case Decision.REVIEW:
+                return abstained_body(answer, template_text(outcome, policy, "review_required"))
+            case Decision.BLOCKED:
+                return self.error_envelope(
+                    policy.release.block_status, blocked_message(outcome), BLOCKED_TYPE
+                )
+            case _:
+                raise ValueError(f"unknown decision {outcome.decision!r}")
+
+    def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]:
+        """Cohere's error body is `{"message"}`; the gateway's own facts go in `citewarden`."""
+        return {"message": message}
+
+    def error_event(self, message: str, type_: str) -> SSEEvent:
+        """A failed generation as the stream reports one: `message-end` with
+        `finish_reason: ERROR` and the reason in `delta.error`."""
+        data = {"type": "message-end", "delta": {"finish_reason": "ERROR", "error": message}}
+        return SSEEvent(data=json.dumps(data, ensure_ascii=False), event="message-end")
+
+    def relay_error(self, body: object) -> dict[str, object] | None:
+        if not isinstance(body, Mapping):
+            return None
+        message = relayed_message(body.get("message"))
+        return None if message is None else {"message": message}
+
+    def to_stream(self, body: Mapping[str, object], include_usage: bool) -> list[SSEEvent]:
+        return to_events(body)
