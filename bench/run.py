@@ -233,8 +233,8 @@ def latency(targets: dict[str, Server | str], duration: float, raw: dict[str, An
 
 
 def throughput(targets: dict[str, Server | str], duration: float, raw: dict[str, Any],
-               key: str = "throughput") -> str:
-    """Each target at 16 and 64 concurrent, in ROUNDS short runs taken in turns with the
+               key: str = "throughput", rounds: int = ROUNDS) -> str:
+    """Each target at 16 and 64 concurrent, in `rounds` short runs taken in turns with the
     other targets' (target after target, round after round), the median run reported: a
     shared machine's slower minutes then reach every target alike, where one long run per
     target lets them land on one. `duration` seconds per target and concurrency in all."""
@@ -244,11 +244,11 @@ def throughput(targets: dict[str, Server | str], duration: float, raw: dict[str,
     cpu: dict[str, float] = dict.fromkeys(up, 0.0)
     for t in up.values():
         drive(t.url, 16, 1)  # warm-up
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for name, t in up.items():
             for c in conc:
                 cpu0 = t.cpu_seconds()
-                r = drive(t.url, c, duration / ROUNDS)
+                r = drive(t.url, c, duration / rounds)
                 runs[name][c].append(r)
                 if c == conc[-1]:
                     cpu[name] += t.cpu_seconds() - cpu0
@@ -277,6 +277,8 @@ def throughput(targets: dict[str, Server | str], duration: float, raw: dict[str,
     raw[key] = {k: {c: asdict(r) for c, r in v.items()} for k, v in res.items()}
     raw[key + "_runs"] = {k: {c: [r.rps for r in rs] for c, rs in v.items()}
                           for k, v in runs.items()}
+    raw[key + "_cpu_us_per_request_64"] = {
+        k: cpu[k] / n * 1e6 for k in up if (n := sum(r.requests for r in runs[k][conc[-1]]))}
     return report.table(["target", "req/s @16", "vs direct @16", "req/s @64", "vs direct @64",
                          "vs bare (same workers) @16 / @64", "server CPU per request @64"],
                         rows)
@@ -457,6 +459,12 @@ def ab_table(raw: dict[str, Any], base: str) -> str:
             a, b = (thr[n][c]["rps"] for n in (cw, base))
             rows.append([f"throughput vs direct @{c}", _pct(a, thr[d][c]["rps"]),
                          _pct(b, thr[d][c]["rps"]), _pct(a, b)])
+        # The gateway process's own CPU time per answer: less at the mercy of the machine's
+        # other load than a rate is, though not immune to it (shared caches, frequency).
+        cpu = raw.get("throughput_cpu_us_per_request_64", {})
+        if {cw, base} <= cpu.keys():
+            rows.append(["server CPU per request @64 µs", f"{cpu[cw]:.0f}", f"{cpu[base]:.0f}",
+                         _pct(cpu[cw], cpu[base])])
     if not rows:
         return "not measured (both targets are needed in latency or throughput)\n"
     return report.table(["measure", "citewarden", base, "citewarden against " + base], rows)
@@ -546,7 +554,8 @@ SCENARIOS = ("latency", "throughput", "sse", "verify")
 
 
 def run(duration: float, streams: int, token_interval_ms: float, with_litellm: bool,
-        only: set[str], baseline: tuple[str, Path] | None = None) -> tuple[str, dict[str, Any]]:
+        only: set[str], baseline: tuple[str, Path] | None = None,
+        rounds: int = ROUNDS) -> tuple[str, dict[str, Any]]:
     raw: dict[str, Any] = {"machine": common.machine(), "duration_s": duration}
     driver = "wrk (1 thread)" if common.have_wrk() else "bench/load.py json (Python, aiohttp)"
     litellm_note = ""
@@ -563,7 +572,7 @@ def run(duration: float, streams: int, token_interval_ms: float, with_litellm: b
             if "latency" in only:
                 lat = latency(targets, duration, raw)
             if "throughput" in only:
-                thr = throughput(targets, duration, raw)
+                thr = throughput(targets, duration, raw, rounds=rounds)
         if "throughput" in only:
             # Context, not the issue's scenario: the same mean latency with +-50% jitter, so
             # requests stop returning from the mock in lock-step waves (docs/benchmarks.md).
@@ -571,7 +580,7 @@ def run(duration: float, streams: int, token_interval_ms: float, with_litellm: b
                 mock = stack.enter_context(
                     common.mock_upstream(20.0, token_interval_ms, jitter=JITTER))
                 targets = _start_targets(stack, mock, False)
-                thr_jitter = throughput(targets, duration, raw, "throughput_jitter")
+                thr_jitter = throughput(targets, duration, raw, "throughput_jitter", rounds)
     if "sse" in only:
         with _timed(f"SSE: {streams} concurrent streams"):
             sse_table = sse(streams, token_interval_ms, raw)
@@ -585,14 +594,14 @@ def run(duration: float, streams: int, token_interval_ms: float, with_litellm: b
 
 "citewarden" and "{baseline[0]}" (checked out into a temporary git worktree) in the same run,
 both started as `python -m gateway.cli serve` from their own tree, same interpreter and
-policy (bench/policy.yaml); latency one request to each in turn, throughput in {ROUNDS} runs
+policy (bench/policy.yaml); latency one request to each in turn, throughput in {rounds} runs
 taken in turns, medians. Last column: the difference in added p50, the ratio of the two
-gateways' req/s.
+gateways' req/s and of their own CPU time per answer (the gateway process, at 64 concurrent).
 
 {ab_table(raw, baseline[0])}"""
     text = f"""Machine: {raw['machine']}.
 Generated by `make bench` on {when}. Throughput: {driver}, {duration:.0f} s per target and
-concurrency in {ROUNDS} runs taken in turns with the other targets', the median run shown.
+concurrency in {rounds} runs taken in turns with the other targets', the median run shown.
 Latency at concurrency 1: `bench/load.py alternate`, one request to each target in turn
 ({duration:.0f} s per target). SSE: {ROUNDS} rounds per setup, the median round shown.
 Mock upstream: 20 ms latency, {len(REQUEST_BODY)} B request carrying the context chunks,
@@ -656,8 +665,13 @@ def main() -> None:
     ap.add_argument("--baseline", metavar="REF",
                     help="also run the gateway of git commit REF (a temporary worktree) as "
                          "'citewarden @REF' in latency and throughput, and print an A/B table")
+    ap.add_argument("--rounds", type=int, default=ROUNDS,
+                    help="throughput runs per target and concurrency, taken in turns (odd: the "
+                         "median run is reported); --duration is split between them")
     args = ap.parse_args()
     only = set(args.only.split(","))
+    if args.rounds < 1 or args.rounds % 2 == 0:
+        ap.error("--rounds: an odd number, at least 1")
     if not only <= set(SCENARIOS):
         ap.error(f"--only: unknown scenario(s) {sorted(only - set(SCENARIOS))}")
     if not common.have_wrk():
@@ -669,7 +683,7 @@ def main() -> None:
             baseline = (f"citewarden @{commit}", tree)
             print(f"baseline: {args.baseline} = {commit}, checked out in {tree}", flush=True)
         text, raw = run(args.duration, args.streams, args.token_interval_ms,
-                        not args.no_litellm, only, baseline)
+                        not args.no_litellm, only, baseline, args.rounds)
     print()
     print(text)
     results = BENCH / "results"
