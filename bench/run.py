@@ -206,11 +206,17 @@ def latency(targets: dict[str, Server | str], duration: float, raw: dict[str, An
     after round, `duration` seconds per target in all."""
     up = {name: t for name, t in targets.items() if isinstance(t, Server)}
     urls = [t.url + CHAT for t in up.values()]
+    cpu0 = {name: t.cpu_seconds() for name, t in up.items()}
     out = subprocess.run([PY, str(BENCH / "load.py"), "alternate", "--duration",
                           str(duration * len(urls)), *(a for u in urls for a in ("--url", u))],
                          capture_output=True, text=True, timeout=duration * len(urls) + 120,
                          check=True)
     data: dict[str, dict[str, Any]] = json.loads(out.stdout)
+    # Each server's own CPU time per answer, every target having served the same requests
+    # one at a time: a per-answer cost the machine's other load changes little.
+    raw["latency_cpu_us_per_request"] = {
+        name: (t.cpu_seconds() - cpu0[name]) / n * 1e6 for name, t in up.items()
+        if (n := len(data[t.url + CHAT]["latencies_ms"]))}
     res: dict[str, LoadResult] = {}
     for name, url in zip(up, urls, strict=True):
         xs = data[url]["latencies_ms"]
@@ -454,13 +460,18 @@ def ab_table(raw: dict[str, Any], base: str) -> str:
         a, b = (lat[n]["p50_ms"] - lat[d]["p50_ms"] for n in (cw, base))
         rows.append(["added p50 ms, concurrency 1", f"{a:+.2f}", f"{b:+.2f}",
                      f"{a - b:+.2f} ms"])
+        cpu1 = raw.get("latency_cpu_us_per_request", {})
+        if {cw, base} <= cpu1.keys():
+            rows.append(["server CPU per request µs, concurrency 1", f"{cpu1[cw]:.0f}",
+                         f"{cpu1[base]:.0f}", _pct(cpu1[cw], cpu1[base])])
     if {cw, base, d} <= thr.keys():
         for c in (16, 64):
             a, b = (thr[n][c]["rps"] for n in (cw, base))
             rows.append([f"throughput vs direct @{c}", _pct(a, thr[d][c]["rps"]),
                          _pct(b, thr[d][c]["rps"]), _pct(a, b)])
-        # The gateway process's own CPU time per answer: less at the mercy of the machine's
-        # other load than a rate is, though not immune to it (shared caches, frequency).
+        # The gateway's own CPU time per answer under load: less at the mercy of the machine's
+        # other load than a rate, but a server that ran slower batched fewer answers per loop
+        # turn and pays more per answer, so the concurrency-1 row is the cleaner comparison.
         cpu = raw.get("throughput_cpu_us_per_request_64", {})
         if {cw, base} <= cpu.keys():
             rows.append(["server CPU per request @64 µs", f"{cpu[cw]:.0f}", f"{cpu[base]:.0f}",
@@ -596,7 +607,8 @@ def run(duration: float, streams: int, token_interval_ms: float, with_litellm: b
 both started as `python -m gateway.cli serve` from their own tree, same interpreter and
 policy (bench/policy.yaml); latency one request to each in turn, throughput in {rounds} runs
 taken in turns, medians. Last column: the difference in added p50, the ratio of the two
-gateways' req/s and of their own CPU time per answer (the gateway process, at 64 concurrent).
+gateways' req/s and of their own CPU time per answer (the gateway process; at concurrency 1
+every target served the same requests one at a time).
 
 {ab_table(raw, baseline[0])}"""
     text = f"""Machine: {raw['machine']}.
