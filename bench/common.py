@@ -99,12 +99,13 @@ def tail(path: Path, lines: int = 5) -> str:
 
 @contextlib.contextmanager
 def server(name: str, argv: list[str], port: int, health: str = "/",
-           timeout: float = 20.0, env: dict[str, str] | None = None) -> Iterator[Server]:
+           timeout: float = 20.0, env: dict[str, str] | None = None,
+           cwd: Path = ROOT) -> Iterator[Server]:
     """Start argv (which must listen on `port`), wait until it answers `health`, stop it after."""
     log = Path(tempfile.mkstemp(prefix=f"bench-{name}-", suffix=".log")[1])
     with log.open("wb") as out:
         try:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
                                     env={**os.environ, **(env or {})})
         except OSError as e:
             raise Unavailable(f"{name}: {e}") from e

@@ -6,7 +6,13 @@ Scenarios: added latency at concurrency 1; throughput at 16 and 64 with a 20 ms 
 (bench/verify_bench.py). A scenario whose server does not start reports "unavailable: reason".
 Prints a markdown report and writes it into docs/benchmarks.md.
 
-    python bench/run.py [--duration 10] [--streams 128] [--no-write]
+    python bench/run.py [--duration 10] [--streams 128] [--no-write] [--baseline REF]
+
+`--baseline REF` (an A/B against an earlier commit): REF is checked out into a temporary
+`git worktree`, and a gateway started from that code runs as "citewarden @REF" next to
+"citewarden" in the latency and throughput scenarios; both gateways are then started the same
+way (`python -m gateway.cli serve`, PYTHONPATH and working directory set to their own tree),
+under this interpreter and venv, with the same bench/policy.yaml.
 """
 
 from __future__ import annotations
@@ -52,9 +58,11 @@ ROUNDS = 3
 
 
 def gateway_argv(upstream: str, policy: Path, port: int, admin_port: int,
-                 workers: int = 1) -> list[str]:
+                 workers: int = 1, code: Path | None = None) -> list[str]:
+    """`code`: run the gateway package of that source tree (`python -m`, see start_gateway)
+    rather than the venv's `citewarden` entry point, which runs whichever tree is installed."""
     exe = Path(PY).with_name("citewarden")
-    head = [str(exe)] if exe.exists() else [PY, "-m", "gateway.cli"]
+    head = [str(exe)] if exe.exists() and code is None else [PY, "-m", "gateway.cli"]
     return [*head, "serve", "--upstream", upstream, "--policy", str(policy),
             "--port", str(port), "--admin-port", str(admin_port),
             *(["--workers", str(workers)] if workers > 1 else [])]
@@ -69,11 +77,33 @@ def start_bare(stack: contextlib.ExitStack, upstream: str, workers: int = 1,
 
 
 def start_gateway(stack: contextlib.ExitStack, upstream: str, policy: Path,
-                  workers: int = 1) -> Server:
+                  workers: int = 1, code: Path | None = None) -> Server:
+    """`code`: the source tree whose `gateway` package runs. `python -m` puts the working
+    directory first on sys.path, and PYTHONPATH comes before the venv's editable install, so
+    both point at `code`."""
     port, admin = common.free_port(), common.free_port()
-    argv = gateway_argv(upstream, policy, port, admin, workers)
+    argv = gateway_argv(upstream, policy, port, admin, workers, code)
+    env, cwd = ({"PYTHONPATH": str(code)}, code) if code else (None, ROOT)
     return stack.enter_context(
-        common.server(f"citewarden-{policy.stem}-w{workers}", argv, port))
+        common.server(f"citewarden-{policy.stem}-w{workers}", argv, port, env=env, cwd=cwd))
+
+
+@contextlib.contextmanager
+def baseline_tree(ref: str) -> Iterator[tuple[str, Path]]:
+    """REF checked out (detached) into a temporary git worktree, removed afterwards:
+    (the commit's short hash, the tree)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    commit = git("rev-parse", "--short", "--verify", ref + "^{commit}")
+    with tempfile.TemporaryDirectory(prefix="bench-baseline-") as tmp:
+        tree = Path(tmp) / commit
+        git("worktree", "add", "--detach", str(tree), commit)
+        try:
+            yield commit, tree
+        finally:
+            git("worktree", "remove", "--force", str(tree))
 
 
 def start_litellm(stack: contextlib.ExitStack, upstream: str) -> Server:
@@ -139,13 +169,22 @@ def _pct(a: float, b: float) -> str:
 
 
 def _start_targets(stack: contextlib.ExitStack, mock: Server, with_litellm: bool,
-                   ) -> dict[str, Server | str]:
-    """name -> running server, or the reason it is unavailable."""
+                   baseline: tuple[str, Path] | None = None) -> dict[str, Server | str]:
+    """name -> running server, or the reason it is unavailable. `baseline` (name, tree): a
+    gateway run from that tree is added after "citewarden", and the citewarden targets run
+    from this tree's code explicitly, started the same way."""
+    policy = BENCH / "policy.yaml"
+    code = ROOT if baseline else None
     starters: dict[str, Callable[[], Server]] = {
         "bare passthrough": lambda: start_bare(stack, mock.url),
-        "citewarden": lambda: start_gateway(stack, mock.url, BENCH / "policy.yaml"),
+        "citewarden": lambda: start_gateway(stack, mock.url, policy, code=code),
+    }
+    if baseline:
+        base_name, base_tree = baseline
+        starters[base_name] = lambda: start_gateway(stack, mock.url, policy, code=base_tree)
+    starters |= {
         "bare passthrough" + WORKERS2: lambda: start_bare(stack, mock.url, 2),
-        "citewarden" + WORKERS2: lambda: start_gateway(stack, mock.url, BENCH / "policy.yaml", 2),
+        "citewarden" + WORKERS2: lambda: start_gateway(stack, mock.url, policy, 2, code),
     }
     if with_litellm:
         starters["litellm"] = lambda: start_litellm(stack, mock.url)
@@ -167,11 +206,17 @@ def latency(targets: dict[str, Server | str], duration: float, raw: dict[str, An
     after round, `duration` seconds per target in all."""
     up = {name: t for name, t in targets.items() if isinstance(t, Server)}
     urls = [t.url + CHAT for t in up.values()]
+    cpu0 = {name: t.cpu_seconds() for name, t in up.items()}
     out = subprocess.run([PY, str(BENCH / "load.py"), "alternate", "--duration",
                           str(duration * len(urls)), *(a for u in urls for a in ("--url", u))],
                          capture_output=True, text=True, timeout=duration * len(urls) + 120,
                          check=True)
     data: dict[str, dict[str, Any]] = json.loads(out.stdout)
+    # Each server's own CPU time per answer, every target having served the same requests
+    # one at a time: a per-answer cost the machine's other load changes little.
+    raw["latency_cpu_us_per_request"] = {
+        name: (t.cpu_seconds() - cpu0[name]) / n * 1e6 for name, t in up.items()
+        if (n := len(data[t.url + CHAT]["latencies_ms"]))}
     res: dict[str, LoadResult] = {}
     for name, url in zip(up, urls, strict=True):
         xs = data[url]["latencies_ms"]
@@ -194,8 +239,8 @@ def latency(targets: dict[str, Server | str], duration: float, raw: dict[str, An
 
 
 def throughput(targets: dict[str, Server | str], duration: float, raw: dict[str, Any],
-               key: str = "throughput") -> str:
-    """Each target at 16 and 64 concurrent, in ROUNDS short runs taken in turns with the
+               key: str = "throughput", rounds: int = ROUNDS) -> str:
+    """Each target at 16 and 64 concurrent, in `rounds` short runs taken in turns with the
     other targets' (target after target, round after round), the median run reported: a
     shared machine's slower minutes then reach every target alike, where one long run per
     target lets them land on one. `duration` seconds per target and concurrency in all."""
@@ -205,11 +250,11 @@ def throughput(targets: dict[str, Server | str], duration: float, raw: dict[str,
     cpu: dict[str, float] = dict.fromkeys(up, 0.0)
     for t in up.values():
         drive(t.url, 16, 1)  # warm-up
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for name, t in up.items():
             for c in conc:
                 cpu0 = t.cpu_seconds()
-                r = drive(t.url, c, duration / ROUNDS)
+                r = drive(t.url, c, duration / rounds)
                 runs[name][c].append(r)
                 if c == conc[-1]:
                     cpu[name] += t.cpu_seconds() - cpu0
@@ -238,6 +283,8 @@ def throughput(targets: dict[str, Server | str], duration: float, raw: dict[str,
     raw[key] = {k: {c: asdict(r) for c, r in v.items()} for k, v in res.items()}
     raw[key + "_runs"] = {k: {c: [r.rps for r in rs] for c, rs in v.items()}
                           for k, v in runs.items()}
+    raw[key + "_cpu_us_per_request_64"] = {
+        k: cpu[k] / n * 1e6 for k in up if (n := sum(r.requests for r in runs[k][conc[-1]]))}
     return report.table(["target", "req/s @16", "vs direct @16", "req/s @64", "vs direct @64",
                          "vs bare (same workers) @16 / @64", "server CPU per request @64"],
                         rows)
@@ -404,6 +451,36 @@ def verification() -> str:
     return "\n".join(fixed) + "\n"
 
 
+def ab_table(raw: dict[str, Any], base: str) -> str:
+    """"citewarden" against the baseline target `base`, measured in the same run."""
+    lat, thr = raw.get("latency", {}), raw.get("throughput", {})
+    cw, d = "citewarden", "direct"
+    rows = []
+    if {cw, base, d} <= lat.keys():
+        a, b = (lat[n]["p50_ms"] - lat[d]["p50_ms"] for n in (cw, base))
+        rows.append(["added p50 ms, concurrency 1", f"{a:+.2f}", f"{b:+.2f}",
+                     f"{a - b:+.2f} ms"])
+        cpu1 = raw.get("latency_cpu_us_per_request", {})
+        if {cw, base} <= cpu1.keys():
+            rows.append(["server CPU per request µs, concurrency 1", f"{cpu1[cw]:.0f}",
+                         f"{cpu1[base]:.0f}", _pct(cpu1[cw], cpu1[base])])
+    if {cw, base, d} <= thr.keys():
+        for c in (16, 64):
+            a, b = (thr[n][c]["rps"] for n in (cw, base))
+            rows.append([f"throughput vs direct @{c}", _pct(a, thr[d][c]["rps"]),
+                         _pct(b, thr[d][c]["rps"]), _pct(a, b)])
+        # The gateway's own CPU time per answer under load: less at the mercy of the machine's
+        # other load than a rate, but a server that ran slower batched fewer answers per loop
+        # turn and pays more per answer, so the concurrency-1 row is the cleaner comparison.
+        cpu = raw.get("throughput_cpu_us_per_request_64", {})
+        if {cw, base} <= cpu.keys():
+            rows.append(["server CPU per request @64 µs", f"{cpu[cw]:.0f}", f"{cpu[base]:.0f}",
+                         _pct(cpu[cw], cpu[base])])
+    if not rows:
+        return "not measured (both targets are needed in latency or throughput)\n"
+    return report.table(["measure", "citewarden", base, "citewarden against " + base], rows)
+
+
 def targets_table(raw: dict[str, Any]) -> str:
     """The issue-5 targets, met or not, from this run's figures."""
     rows: list[list[str]] = []
@@ -488,7 +565,8 @@ SCENARIOS = ("latency", "throughput", "sse", "verify")
 
 
 def run(duration: float, streams: int, token_interval_ms: float, with_litellm: bool,
-        only: set[str]) -> tuple[str, dict[str, Any]]:
+        only: set[str], baseline: tuple[str, Path] | None = None,
+        rounds: int = ROUNDS) -> tuple[str, dict[str, Any]]:
     raw: dict[str, Any] = {"machine": common.machine(), "duration_s": duration}
     driver = "wrk (1 thread)" if common.have_wrk() else "bench/load.py json (Python, aiohttp)"
     litellm_note = ""
@@ -498,14 +576,14 @@ def run(duration: float, streams: int, token_interval_ms: float, with_litellm: b
         with contextlib.ExitStack() as stack, _timed("JSON scenarios"):
             mock = stack.enter_context(common.mock_upstream(20.0, token_interval_ms))
             litellm = with_litellm and (LITELLM_VENV / "bin").exists()
-            targets = _start_targets(stack, mock, litellm)
+            targets = _start_targets(stack, mock, litellm, baseline)
             if with_litellm and not litellm:
                 litellm_note = LITELLM_SKIPPED
                 print(f"  litellm: {LITELLM_SKIPPED}", flush=True)
             if "latency" in only:
                 lat = latency(targets, duration, raw)
             if "throughput" in only:
-                thr = throughput(targets, duration, raw)
+                thr = throughput(targets, duration, raw, rounds=rounds)
         if "throughput" in only:
             # Context, not the issue's scenario: the same mean latency with +-50% jitter, so
             # requests stop returning from the mock in lock-step waves (docs/benchmarks.md).
@@ -513,7 +591,7 @@ def run(duration: float, streams: int, token_interval_ms: float, with_litellm: b
                 mock = stack.enter_context(
                     common.mock_upstream(20.0, token_interval_ms, jitter=JITTER))
                 targets = _start_targets(stack, mock, False)
-                thr_jitter = throughput(targets, duration, raw, "throughput_jitter")
+                thr_jitter = throughput(targets, duration, raw, "throughput_jitter", rounds)
     if "sse" in only:
         with _timed(f"SSE: {streams} concurrent streams"):
             sse_table = sse(streams, token_interval_ms, raw)
@@ -522,9 +600,20 @@ def run(duration: float, streams: int, token_interval_ms: float, with_litellm: b
             ver = verification()
     nproc = os.cpu_count()
     when = time.strftime("%Y-%m-%d %H:%M %Z")
+    ab = "" if not baseline else f"""
+### A/B against {baseline[0]}
+
+"citewarden" and "{baseline[0]}" (checked out into a temporary git worktree) in the same run,
+both started as `python -m gateway.cli serve` from their own tree, same interpreter and
+policy (bench/policy.yaml); latency one request to each in turn, throughput in {rounds} runs
+taken in turns, medians. Last column: the difference in added p50, the ratio of the two
+gateways' req/s and of their own CPU time per answer (the gateway process; at concurrency 1
+every target served the same requests one at a time).
+
+{ab_table(raw, baseline[0])}"""
     text = f"""Machine: {raw['machine']}.
 Generated by `make bench` on {when}. Throughput: {driver}, {duration:.0f} s per target and
-concurrency in {ROUNDS} runs taken in turns with the other targets', the median run shown.
+concurrency in {rounds} runs taken in turns with the other targets', the median run shown.
 Latency at concurrency 1: `bench/load.py alternate`, one request to each target in turn
 ({duration:.0f} s per target). SSE: {ROUNDS} rounds per setup, the median round shown.
 Mock upstream: 20 ms latency, {len(REQUEST_BODY)} B request carrying the context chunks,
@@ -533,7 +622,7 @@ Every server is one process (one uvicorn worker) on {nproc} shared cores, except
 "x2 workers" rows: `citewarden serve --workers 2`, and the bare passthrough with two uvicorn
 workers to compare it with.
 {('LiteLLM: ' + litellm_note) if litellm_note else ''}
-
+{ab}
 ### Against the targets
 
 {targets_table(raw)}
@@ -585,13 +674,28 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(SCENARIOS),
                     help=f"comma-separated subset of {','.join(SCENARIOS)}")
     ap.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
+    ap.add_argument("--baseline", metavar="REF",
+                    help="also run the gateway of git commit REF (a temporary worktree) as "
+                         "'citewarden @REF' in latency and throughput, and print an A/B table")
+    ap.add_argument("--rounds", type=int, default=ROUNDS,
+                    help="throughput runs per target and concurrency, taken in turns (odd: the "
+                         "median run is reported); --duration is split between them")
     args = ap.parse_args()
     only = set(args.only.split(","))
+    if args.rounds < 1 or args.rounds % 2 == 0:
+        ap.error("--rounds: an odd number, at least 1")
     if not only <= set(SCENARIOS):
         ap.error(f"--only: unknown scenario(s) {sorted(only - set(SCENARIOS))}")
     if not common.have_wrk():
         print("note: wrk not found (apt-get install -y wrk); using the Python driver", flush=True)
-    text, raw = run(args.duration, args.streams, args.token_interval_ms, not args.no_litellm, only)
+    with contextlib.ExitStack() as stack:
+        baseline = None
+        if args.baseline:
+            commit, tree = stack.enter_context(baseline_tree(args.baseline))
+            baseline = (f"citewarden @{commit}", tree)
+            print(f"baseline: {args.baseline} = {commit}, checked out in {tree}", flush=True)
+        text, raw = run(args.duration, args.streams, args.token_interval_ms,
+                        not args.no_litellm, only, baseline, args.rounds)
     print()
     print(text)
     results = BENCH / "results"
