@@ -40,7 +40,7 @@ test: $(DEV) lint
 	$(BIN)/python -m pytest
 
 bench: $(DEV)
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py $(if $(BASELINE),--baseline $(BASELINE))
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
