@@ -393,6 +393,9 @@ class _Exchange:
             )
             return
         info = adapter.request_info(request)
+        by_path = getattr(adapter, "stream_from_path", None)  # Gemini: the path says it
+        if by_path is not None and by_path(self.path) != info.stream:
+            info = RequestInfo(not info.stream, info.include_usage, info.n)
         self.streaming = info.stream
         raw = self._forwarded(pipeline, raw)
         headers = forward_request_headers(self.raw_headers, self.request_id)

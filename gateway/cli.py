@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from gateway.errors import GatewayError, PolicyError
 
-PROTOCOLS = ("openai-chat", "openai-responses", "anthropic-messages", "rag-json")
+PROTOCOLS = ("openai-chat", "openai-responses", "anthropic-messages", "rag-json", "gemini")
 
 
 def _env(name: str, default: str | None = None) -> str | None:

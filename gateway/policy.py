@@ -40,7 +40,9 @@ from gateway import jsonpointer
 from gateway.errors import PolicyError
 from gateway.paths import Glob, Segments, segments
 
-Protocol = Literal["openai-chat", "openai-responses", "anthropic-messages", "rag-json"]
+Protocol = Literal[
+    "openai-chat", "openai-responses", "anthropic-messages", "rag-json", "gemini"
+]
 CheckName = Literal[
     "missing_citation",
     "malformed_citation",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gateway.protocols.anthropic_messages import AnthropicMessages
 from gateway.protocols.base import Adapter, RequestInfo, StreamParser, TextDelta
+from gateway.protocols.gemini import Gemini
 from gateway.protocols.openai_chat import OpenAIChat
 from gateway.protocols.openai_responses import OpenAIResponses
 from gateway.protocols.rag_json import RagJson
@@ -15,6 +16,7 @@ ADAPTERS: dict[str, Adapter] = {
     "openai-responses": OpenAIResponses(),
     "anthropic-messages": AnthropicMessages(),
     "rag-json": RagJson(),
+    "gemini": Gemini(),
 }
 
 
