@@ -21,6 +21,7 @@ PROTOCOL_DIRS = {
     "openai_responses": "openai-responses",
     "anthropic_messages": "anthropic-messages",
     "rag_json": "rag-json",
+    "gemini": "gemini",
 }
 
 POLICY = """\
@@ -35,6 +36,9 @@ routes:
   - name: responses
     match: {{path: /v1/responses}}
     protocol: openai-responses
+  - name: gemini
+    match: {{path_glob: "/v1beta/models/*:generateContent"}}
+    protocol: gemini
   - name: rag
     match: {{path_prefix: /rag/}}
     protocol: rag-json

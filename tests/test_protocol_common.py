@@ -8,6 +8,7 @@ import anthropic.types
 import openai.types.chat
 import openai.types.responses
 import pytest
+from google.genai import types as genai_types
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,6 +45,9 @@ SSE_PAIRS = [
     ("openai-responses", "good.sse", "good.json"),
     ("openai-responses", "file_search.sse", "file_search.json"),
     ("openai-responses", "reasoning_tool.sse", "reasoning_tool.json"),
+    ("gemini", "good.sse", "good.json"),
+    ("gemini", "grounded.sse", "grounded.json"),
+    ("gemini", "thought_tool.sse", "thought_tool.json"),
 ]
 
 
@@ -54,12 +58,16 @@ def validate(protocol: str, body: dict[str, object]) -> None:
         anthropic.types.Message.model_validate(body)
     elif protocol == "openai-responses":
         openai.types.responses.Response.model_validate(body)
+    elif protocol == "gemini":
+        genai_types.GenerateContentResponse.model_validate(body)
     else:
         json.dumps(body)
 
 
 def test_registry_names() -> None:
-    assert set(ADAPTERS) == {"openai-chat", "openai-responses", "anthropic-messages", "rag-json"}
+    assert set(ADAPTERS) >= {
+        "openai-chat", "openai-responses", "anthropic-messages", "rag-json", "gemini"
+    }
     assert get("rag-json").name == "rag-json"
     with pytest.raises(KeyError):
         get("nope")
@@ -103,6 +111,8 @@ def test_stream_parse_invariant_under_byte_splits(
         ("anthropic-messages", "error_midstream.sse"),
         ("openai-responses", "truncated.sse"),
         ("openai-responses", "failed.sse"),
+        ("gemini", "truncated.sse"),
+        ("gemini", "error_midstream.sse"),
     ],
 )
 def test_incomplete_or_error_streams_raise(protocol: str, sse: str) -> None:
@@ -121,6 +131,10 @@ def test_incomplete_or_error_streams_raise(protocol: str, sse: str) -> None:
         ("openai-responses", {"object": "chat.completion", "choices": []}),
         ("openai-responses", {"object": "response", "output": [{"content": []}]}),
         ("openai-responses", {"object": "response", "output": [{"type": "message"}]}),
+        ("gemini", {"error": {"code": 500, "message": "m", "status": "INTERNAL"}}),
+        ("gemini", {"candidates": {"content": {}}}),
+        ("gemini", {"candidates": [{"content": {"parts": [{"text": "a", "functionCall": {
+            "name": "f"}}]}}]}),
         ("rag-json", {"unrelated": True}),
         ("rag-json", {"answer": 5}),
         ("rag-json", {"claims": [{"citations": []}]}),
@@ -203,6 +217,12 @@ def test_error_envelopes_match_protocol_shapes() -> None:
     }
     assert ADAPTERS["rag-json"].error_envelope(422, "m", "t") == {
         "error": {"message": "m", "type": "t", "code": 422}
+    }
+    assert ADAPTERS["gemini"].error_envelope(422, "m", "t") == {
+        "error": {"code": 422, "message": "m", "status": "FAILED_PRECONDITION"}
+    }
+    assert json.loads(ADAPTERS["gemini"].error_event("m", "upstream_error").data) == {
+        "error": {"code": 502, "message": "m", "status": "UNAVAILABLE"}
     }
     anthropic_event = ADAPTERS["anthropic-messages"].error_event("m", "overloaded_error")
     assert anthropic_event.event == "error"

@@ -17,6 +17,7 @@ DIRS = {
     "openai-responses": "openai_responses",
     "anthropic-messages": "anthropic_messages",
     "rag-json": "rag_json",
+    "gemini": "gemini",
 }
 
 ROUTES = {
@@ -28,6 +29,10 @@ ROUTES = {
     ),
     "openai-responses": Route(
         name="responses", match=Match(path="/v1/responses"), protocol="openai-responses"
+    ),
+    "gemini": Route(
+        name="gemini", match=Match(path_glob="/v1beta/models/*:generateContent"),
+        protocol="gemini",
     ),
     "rag-json": Route(
         name="kb",
