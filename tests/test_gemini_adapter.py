@@ -56,7 +56,7 @@ def seg(text: str, piece: str) -> dict[str, Any]:
 # -- offsets ---------------------------------------------------------------------------------
 
 TEXT = st.text(
-    alphabet=st.sampled_from(list("ab .é保証🔋ü\u00a0") + ["\U0001f600"]), max_size=40
+    alphabet=st.sampled_from([*"ab .é保証🔋ü\u00a0", "\U0001f600"]), max_size=40
 )
 
 
@@ -218,7 +218,9 @@ def test_a_stream_without_a_finish_reason_is_cut_short() -> None:
 
 
 def test_the_path_chooses_streaming() -> None:
-    path = getattr(GEMINI, "stream_from_path")
+    from gateway.protocols.gemini import Gemini
+
+    path = Gemini().stream_from_path
     assert path("/v1beta/models/gemini-2.5-flash:streamGenerateContent")
     assert path("/v1beta/models/gemini-2.5-flash%3AstreamGenerateContent")
     assert not path("/v1beta/models/gemini-2.5-flash:generateContent")

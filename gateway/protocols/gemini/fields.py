@@ -48,6 +48,7 @@ WITHHELD = _Withheld()
 
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]{0,31}:[!#-~]{1,2040}")
 _DOMAIN = re.compile(r"[A-Za-z0-9.\-]{1,253}")
+_RESOURCE = re.compile(r"[A-Za-z0-9._~/:@+\-]{1,1024}")
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{1,20}Z")
 
 
@@ -143,7 +144,8 @@ _RETRIEVED = Obj(
         "uri": Meta(is_uri),
         "title": WITHHELD,
         "text": WITHHELD,
-        "documentName": Meta(is_uri),
+        # A resource name: `projects/…/ragCorpora/…/ragFiles/…`, `fileSearchStores/…`.
+        "documentName": Meta(lambda v: type(v) is str and _RESOURCE.fullmatch(v) is not None),
     },
 )
 _WEB = Obj(
