@@ -132,6 +132,9 @@ def _upstream() -> FakeUpstream:
     for key, body in BODIES.items():
         up.on(key, Json(body))
         up.on(f"{key}-sse", Stream(frames(body), seed=len(key), max_piece=37))
+    lf = frames(BODIES["good"]).replace(b"\r\n", b"\n")
+    up.on("good-lf-sse", Stream(lf, seed=3, max_piece=29))
+    up.on("good-comment-sse", Stream(b": keep-alive\n\n" + lf, seed=4, max_piece=29))
     up.on("truncated-sse", Stream((FIXTURES / "truncated.sse").read_bytes(), max_piece=20))
     up.on("error-sse", Stream((FIXTURES / "error_midstream.sse").read_bytes(), max_piece=20))
     up.on("bad-request", Json({"error": {"code": 400, "message": "API key not valid.",
@@ -272,6 +275,22 @@ def test_released_stream_split_at_random_bytes(env: Env) -> None:
     r = raw(env, "grounded-sse", streamed=True)
     assert r.headers["content-type"].startswith("text/event-stream")
     assert TITLE not in r.text
+
+
+def test_a_clean_lf_stream_is_relayed_as_the_upstream_bytes(env: Env) -> None:
+    lf = frames(BODIES["good"]).replace(b"\r\n", b"\n")
+    r = raw(env, "good-lf-sse", streamed=True)
+    assert r.headers["x-citewarden-decision"] == "released"
+    assert r.content == lf
+    reframed = raw(env, "good-comment-sse", streamed=True)
+    assert b"keep-alive" not in reframed.content
+    text = "".join(
+        part["text"]
+        for line in reframed.text.splitlines() if line.startswith("data: ")
+        for cand in json.loads(line[6:]).get("candidates", [])
+        for part in cand["content"]["parts"]
+    )
+    assert text == BODIES["good"]["candidates"][0]["content"]["parts"][0]["text"]
 
 
 def test_thoughts_are_withheld_signatures_and_function_calls_kept(env: Env) -> None:
