@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from gateway.demo import wire
 from gateway.types import Chunk
+from tests.attacks import gemini_spec
 from tests.attacks.harness import MARKER, RawResponse
 from tests.upstream_app import (
     Behaviour,
@@ -107,7 +108,10 @@ class ProtocolSpec:
     planted_requests: Mapping[str, Callable[[str, bool], dict[str, Any]]]
     # trusted places: name -> request builder carrying CONTEXT_TAG there
     trusted_requests: Mapping[str, Callable[[str, bool], dict[str, Any]]]
-    error_protocol: Literal["openai-chat", "anthropic-messages", "rag-json"] = "openai-chat"
+    error_protocol: Literal["openai-chat", "anthropic-messages", "rag-json", "gemini"] = (
+        "openai-chat"
+    )
+    stream_path: str | None = None  # where a stream is asked for, when the path says so
 
     @property
     def modes(self) -> tuple[Mode, ...]:
@@ -1071,7 +1075,12 @@ RAG = ProtocolSpec(
     error_protocol="rag-json",
 )
 
-REGISTRY: dict[str, ProtocolSpec] = {s.name: s for s in (OPENAI, ANTHROPIC, RAG)}
+GEMINI = gemini_spec.spec(
+    ProtocolSpec, Plant, context=CONTEXT_TAG, planted=PLANTED_TAG, good=GOOD, bad=BAD,
+    piece=PIECE, sse_line_plants=_sse_line_plants,
+)
+
+REGISTRY: dict[str, ProtocolSpec] = {s.name: s for s in (OPENAI, ANTHROPIC, RAG, GEMINI)}
 """Adding a protocol to the matrix is one entry here."""
 
 
@@ -1124,8 +1133,10 @@ def _dup_stream(spec: ProtocolSpec, reverse: bool) -> Callable[[], bytes] | None
 
 def _dup_top(spec: ProtocolSpec) -> Callable[[], bytes]:
     def build() -> bytes:
-        raw = json.dumps(spec.body(GOOD))
-        return ('{"model": ' + json.dumps(BAD) + ", " + raw[1:]).encode()
+        body = spec.body(GOOD)
+        key = "model" if "model" in body else next(iter(body))  # a key the body really has
+        raw = json.dumps(body)
+        return ('{"' + key + '": ' + json.dumps(BAD) + ", " + raw[1:]).encode()
 
     return build
 

@@ -52,6 +52,8 @@ def _clean_end(spec: ProtocolSpec, resp: RawResponse) -> bool:
         return any(data.strip() == "[DONE]" for _, data in events)
     if spec.name == "anthropic-messages":
         return any(name == "message_stop" for name, _ in events)
+    if spec.name == "gemini":  # no terminal event: a clean end is one without an error chunk
+        return resp.status < 300 and not any('"error"' in data[:12] for _, data in events)
     return resp.status < 300
 
 
