@@ -25,7 +25,9 @@ from tests.attacks.harness import MARKER, POLICIES, leaks, parse_response
 from tests.attacks.protocols import BAD, GOOD, QUESTION, REGISTRY, ProtocolSpec
 from tests.conftest import fuzz_examples
 
-ROUTES = {"openai-chat": "chat", "anthropic-messages": "messages", "rag-json": "kb"}
+ROUTES = {
+    "openai-chat": "chat", "anthropic-messages": "messages", "rag-json": "kb", "gemini": "gemini"
+}
 _LOADED: list[LoadedPolicy] = []
 
 
