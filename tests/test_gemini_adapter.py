@@ -283,3 +283,29 @@ def test_offline_verify_over_the_fixtures(
         if isinstance(body, str):
             return
         assert "Moon" not in json.dumps(body, ensure_ascii=False)
+
+
+def test_unnamed_grounding_chunks_of_two_candidates_never_share_an_id() -> None:
+    from gateway.pipeline import RoutePipeline
+
+    loaded = load_policy(str(SHIPPED))
+    pipeline = RoutePipeline(loaded, loaded.policy.routes[0])
+    text = "The K7 stores 13.5 kWh."
+    cands = []
+    for i, source in enumerate(("The K7 stores 13.5 kWh.", "The K7 stores 99 kWh.")):
+        cands.append({
+            "content": {"role": "model", "parts": [{"text": text}]},
+            "finishReason": "STOP", "index": i,
+            "groundingMetadata": {
+                "groundingChunks": [{"retrievedContext": {"text": source}}],
+                "groundingSupports": [{"segment": seg(text, text),
+                                       "groundingChunkIndices": [0]}],
+            },
+        })
+    body = {"candidates": cands}
+    answer = pipeline.adapter.parse(body, pipeline.route)
+    ctx = pipeline.context({}, body, None)
+    assert set(ctx.chunks) == {"groundingChunks[0]", "candidates[1].groundingChunks[0]"}
+    judgement = pipeline.judge(answer, ctx)
+    assert [(c.verdict, c.reason) for c in judgement.report.claims] == [
+        ("verified", None), ("failed", "number_mismatch")]

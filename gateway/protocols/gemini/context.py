@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gateway.context import Trust, read_tags
-from gateway.protocols.gemini.parse import candidate_list, chunk_ids
+from gateway.protocols.gemini.parse import candidate_list, candidate_number, chunk_ids
 from gateway.types import Chunk, ContextSet
 
 __all__ = ["grounding_chunks", "request_context", "response_context"]
@@ -68,14 +68,14 @@ def request_context(
 def grounding_chunks(body: Mapping[str, Any]) -> list[Chunk]:
     """The grounding chunks of every candidate, each under its citation id."""
     out: list[Chunk] = []
-    for cand in candidate_list(body):
+    for ci, cand in enumerate(candidate_list(body)):
         if not isinstance(cand, Mapping):
             continue
         gm = cand.get("groundingMetadata")
         chunks = gm.get("groundingChunks") if isinstance(gm, Mapping) else None
         if not isinstance(chunks, list):
             continue
-        for cid, chunk in zip(chunk_ids(cand), chunks, strict=True):
+        for cid, chunk in zip(chunk_ids(cand, candidate_number(cand, ci)), chunks, strict=True):
             text = None
             if isinstance(chunk, Mapping):
                 rc = chunk.get("retrievedContext")

@@ -78,9 +78,21 @@ def answer_text(candidate: Mapping[str, Any]) -> CandidateText:
     return CandidateText("".join(texts), tuple(where))
 
 
-def chunk_ids(candidate: Mapping[str, Any]) -> list[str]:
-    """The id of each grounding chunk: its `retrievedContext` / `web` uri (when URI-shaped),
-    else its position, `groundingChunks[i]`."""
+def position_id(ci: int, i: int) -> str:
+    """The id of grounding chunk `i` of candidate `ci` that has no URI (or does not exist)."""
+    return f"groundingChunks[{i}]" if ci == 0 else f"candidates[{ci}].groundingChunks[{i}]"
+
+
+def candidate_number(candidate: Mapping[str, Any], position: int) -> int:
+    """A candidate's `index`, or its position in `candidates` when it has none."""
+    index = candidate.get("index")
+    return index if type(index) is int else position
+
+
+def chunk_ids(candidate: Mapping[str, Any], ci: int = 0) -> list[str]:
+    """The id of each grounding chunk of candidate number `ci`: its `retrievedContext` /
+    `web` uri (when URI-shaped), else its position (`position_id`), so candidates' unnamed
+    chunks never share an id."""
     out: list[str] = []
     gm = candidate.get("groundingMetadata")
     chunks = gm.get("groundingChunks") if isinstance(gm, Mapping) else None
@@ -92,7 +104,7 @@ def chunk_ids(candidate: Mapping[str, Any]) -> list[str]:
                 if isinstance(src, Mapping) and is_uri(src.get("uri")):
                     uri = str(src["uri"])
                     break
-        out.append(uri or f"groundingChunks[{i}]")
+        out.append(uri or position_id(ci, i))
     return out
 
 
@@ -138,13 +150,13 @@ def locate_supports(
 
 
 def _support_citations(
-    candidate: Mapping[str, Any], ct: CandidateText
+    candidate: Mapping[str, Any], ct: CandidateText, ci: int
 ) -> list[tuple[int, int, Citation]]:
     gm = candidate.get("groundingMetadata")
     supports = gm.get("groundingSupports") if isinstance(gm, Mapping) else None
     if not isinstance(supports, list):
         return []
-    ids = chunk_ids(candidate)
+    ids = chunk_ids(candidate, ci)
     spans: list[tuple[int, int, Citation]] = []
     for support, where in zip(supports, locate_supports(candidate, ct), strict=True):
         if where is None:
@@ -155,7 +167,7 @@ def _support_citations(
             spans.append((s, e, Citation(id="", raw="", malformed=SEGMENT_MISMATCH)))
             continue
         for j in indices:
-            cid = ids[j] if 0 <= j < len(ids) else f"groundingChunks[{j}]"
+            cid = ids[j] if 0 <= j < len(ids) else position_id(ci, j)
             spans.append((s, e, Citation(id=cid, raw=cid)))
     return spans
 
@@ -198,7 +210,7 @@ def parse_body(body: Mapping[str, object]) -> Answer:
 
 def _candidate_channels(answer: Answer, ci: int, cand: Mapping[str, Any]) -> None:
     ct = answer_text(cand)
-    native = _support_citations(cand, ct)
+    native = _support_citations(cand, ct, candidate_number(cand, ci))
     if ct.parts or native:
         path: tuple[str | int, ...] = ("candidates", ci, "text")
         answer.channels.append(Channel("content", path, ct.text, choice=ci, native=tuple(native)))
