@@ -17,7 +17,7 @@ from gateway.errors import GatewayError, PolicyError
 
 PROTOCOLS = (
     "openai-chat", "openai-responses", "anthropic-messages", "rag-json",
-    "bedrock-converse", "cohere-chat"
+    "bedrock-converse", "cohere-chat", "gemini"
 )
 
 

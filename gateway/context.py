@@ -507,6 +507,10 @@ def request_context(
         from gateway.protocols.cohere import context as cohere
 
         cohere.request_context(body, ctx, pattern, trust)
+    elif protocol == "gemini":
+        from gateway.protocols.gemini import context as gemini
+
+        gemini.request_context(body, ctx, pattern, trust)
     else:
         generic_request_context(body, ctx, pattern, trust)
     return ctx
@@ -624,6 +628,10 @@ def build_context(
 
             trust = trust_of(spec)
             responses.response_context(response, ctx, trust.pattern, trust)
+        elif source == "response" and response is not None and protocol == "gemini":
+            from gateway.protocols.gemini import context as gemini
+
+            gemini.response_context(response, ctx)
         elif source == "header" and headers is not None:
             ctx.extend(header_chunks(headers))
     return ctx

@@ -44,7 +44,7 @@ from gateway.paths import Glob, Segments, segments
 
 Protocol = Literal[
     "openai-chat", "openai-responses", "anthropic-messages", "rag-json",
-    "bedrock-converse", "cohere-chat"
+    "bedrock-converse", "cohere-chat", "gemini"
 ]
 CheckName = Literal[
     "missing_citation",

@@ -46,6 +46,10 @@ def with_grounding(protocol: str, request: dict[str, Any], outcome: Outcome) -> 
             from gateway.protocols.cohere.retry import with_grounding as cohere
 
             retried = cohere(retried, text)
+        case "gemini":
+            from gateway.protocols.gemini.retry import with_grounding as gemini
+
+            retried = gemini(retried, text)
         case _:
             raise ValueError(f"release.retry is not supported for protocol {protocol!r}")
     return retried

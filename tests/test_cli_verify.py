@@ -23,6 +23,7 @@ PROTOCOL_DIRS = {
     "rag_json": "rag-json",
     "bedrock_converse": "bedrock-converse",
     "cohere_chat": "cohere-chat",
+    "gemini": "gemini",
 }
 
 POLICY = """\
@@ -37,6 +38,9 @@ routes:
   - name: responses
     match: {{path: /v1/responses}}
     protocol: openai-responses
+  - name: gemini
+    match: {{path_glob: "/v1beta/models/*:generateContent"}}
+    protocol: gemini
   - name: rag
     match: {{path_prefix: /rag/}}
     protocol: rag-json

@@ -30,6 +30,7 @@ ROUTES = {
     "anthropic-messages": "messages",
     "rag-json": "kb",
     "cohere-chat": "cohere",
+    "gemini": "gemini",
 }
 _LOADED: list[LoadedPolicy] = []
 

@@ -9,6 +9,7 @@ import cohere.v2.types
 import openai.types.chat
 import openai.types.responses
 import pytest
+from google.genai import types as genai_types
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -52,6 +53,9 @@ SSE_PAIRS = [
     ("cohere-chat", "good.sse", "good.json"),
     ("cohere-chat", "hallucinated.sse", "hallucinated.json"),
     ("cohere-chat", "tool_call.sse", "tool_call.json"),
+    ("gemini", "good.sse", "good.json"),
+    ("gemini", "grounded.sse", "grounded.json"),
+    ("gemini", "thought_tool.sse", "thought_tool.json"),
 ]
 
 
@@ -66,6 +70,8 @@ def validate(protocol: str, body: dict[str, object]) -> None:
         boto_parse(body)
     elif protocol == "cohere-chat":
         cohere.v2.types.V2ChatResponse.model_validate(body)
+    elif protocol == "gemini":
+        genai_types.GenerateContentResponse.model_validate(body)
     else:
         json.dumps(body)
 
@@ -73,7 +79,7 @@ def validate(protocol: str, body: dict[str, object]) -> None:
 def test_registry_names() -> None:
     assert set(ADAPTERS) == {
         "openai-chat", "openai-responses", "anthropic-messages", "rag-json",
-        "bedrock-converse", "cohere-chat"
+        "bedrock-converse", "cohere-chat", "gemini"
     }
     assert get("rag-json").name == "rag-json"
     with pytest.raises(KeyError):
@@ -123,6 +129,8 @@ def test_stream_parse_invariant_under_byte_splits(
         ("bedrock-converse", "exception_midstream.eventstream"),
         ("cohere-chat", "truncated.sse"),
         ("cohere-chat", "error_midstream.sse"),
+        ("gemini", "truncated.sse"),
+        ("gemini", "error_midstream.sse"),
     ],
 )
 def test_incomplete_or_error_streams_raise(protocol: str, sse: str) -> None:
@@ -145,6 +153,10 @@ def test_incomplete_or_error_streams_raise(protocol: str, sse: str) -> None:
         ("cohere-chat", {"message": {"content": [{"type": "text"}]}}),
         ("cohere-chat", {"message": {"content": [{"type": "text", "text": "ab"}],
                                      "citations": [{"start": 0, "end": 9, "text": "ab"}]}}),
+        ("gemini", {"error": {"code": 500, "message": "m", "status": "INTERNAL"}}),
+        ("gemini", {"candidates": {"content": {}}}),
+        ("gemini", {"candidates": [{"content": {"parts": [{"text": "a", "functionCall": {
+            "name": "f"}}]}}]}),
         ("rag-json", {"unrelated": True}),
         ("rag-json", {"answer": 5}),
         ("rag-json", {"claims": [{"citations": []}]}),
@@ -234,6 +246,12 @@ def test_error_envelopes_match_protocol_shapes() -> None:
         "error": {"message": "m", "type": "t", "code": 422}
     }
     assert ADAPTERS["cohere-chat"].error_envelope(422, "m", "t") == {"message": "m"}
+    assert ADAPTERS["gemini"].error_envelope(422, "m", "t") == {
+        "error": {"code": 422, "message": "m", "status": "FAILED_PRECONDITION"}
+    }
+    assert json.loads(ADAPTERS["gemini"].error_event("m", "upstream_error").data) == {
+        "error": {"code": 502, "message": "m", "status": "UNAVAILABLE"}
+    }
     anthropic_event = ADAPTERS["anthropic-messages"].error_event("m", "overloaded_error")
     assert anthropic_event.event == "error"
 

@@ -19,6 +19,7 @@ DIRS = {
     "rag-json": "rag_json",
     "bedrock-converse": "bedrock_converse",
     "cohere-chat": "cohere_chat",
+    "gemini": "gemini",
 }
 
 ROUTES = {
@@ -32,6 +33,10 @@ ROUTES = {
         name="responses", match=Match(path="/v1/responses"), protocol="openai-responses"
     ),
     "cohere-chat": Route(name="cohere", match=Match(path="/v2/chat"), protocol="cohere-chat"),
+    "gemini": Route(
+        name="gemini", match=Match(path_glob="/v1beta/models/*:generateContent"),
+        protocol="gemini",
+    ),
     "rag-json": Route(
         name="kb",
         match=Match(path_prefix="/rag/"),

@@ -6,6 +6,7 @@ from gateway.protocols.anthropic_messages import AnthropicMessages
 from gateway.protocols.base import Adapter, RequestInfo, StreamParser, TextDelta
 from gateway.protocols.bedrock import BedrockConverse
 from gateway.protocols.cohere import CohereChat
+from gateway.protocols.gemini import Gemini
 from gateway.protocols.openai_chat import OpenAIChat
 from gateway.protocols.openai_responses import OpenAIResponses
 from gateway.protocols.rag_json import RagJson
@@ -19,6 +20,7 @@ ADAPTERS: dict[str, Adapter] = {
     "rag-json": RagJson(),
     "bedrock-converse": BedrockConverse(),
     "cohere-chat": CohereChat(),
+    "gemini": Gemini(),
 }
 
 

@@ -71,6 +71,8 @@ def run_case(
     hdrs = [(SCENARIO_HEADER, key), *headers]
     if mode == "progressive":
         hdrs.append(("x-attack-mode", "progressive"))
+    if path is None and mode != "json" and spec.stream_path is not None:
+        path = spec.stream_path  # gemini: the path, not the body, asks for a stream
     resp = gw.post_json(path or spec.path, req, hdrs)
     asked = [r for r in up.requests if r.header(SCENARIO_HEADER) == key]
     assert asked, f"the upstream was never asked: {resp.status_line} {resp.body[:500]!r}"

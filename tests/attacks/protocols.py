@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from gateway.demo import wire
 from gateway.types import Chunk
+from tests.attacks import gemini_spec
 from tests.attacks.harness import MARKER, RawResponse
 from tests.upstream_app import (
     Behaviour,
@@ -107,7 +108,10 @@ class ProtocolSpec:
     planted_requests: Mapping[str, Callable[[str, bool], dict[str, Any]]]
     # trusted places: name -> request builder carrying CONTEXT_TAG there
     trusted_requests: Mapping[str, Callable[[str, bool], dict[str, Any]]]
-    error_protocol: Literal["openai-chat", "anthropic-messages", "rag-json"] = "openai-chat"
+    error_protocol: Literal["openai-chat", "anthropic-messages", "rag-json", "gemini"] = (
+        "openai-chat"
+    )
+    stream_path: str | None = None  # where a stream is asked for, when the path says so
 
     @property
     def modes(self) -> tuple[Mode, ...]:
@@ -1073,7 +1077,14 @@ RAG = ProtocolSpec(
 
 from tests.attacks.cohere_spec import COHERE  # noqa: E402  (it builds on the names above)
 
-REGISTRY: dict[str, ProtocolSpec] = {s.name: s for s in (OPENAI, ANTHROPIC, RAG, COHERE)}
+GEMINI = gemini_spec.spec(
+    ProtocolSpec, Plant, context=CONTEXT_TAG, planted=PLANTED_TAG, good=GOOD, bad=BAD,
+    piece=PIECE, sse_line_plants=_sse_line_plants,
+)
+
+REGISTRY: dict[str, ProtocolSpec] = {
+    s.name: s for s in (OPENAI, ANTHROPIC, RAG, COHERE, GEMINI)
+}
 """Adding a protocol to the matrix is one entry here."""
 
 

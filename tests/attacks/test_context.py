@@ -144,6 +144,8 @@ def _with_system(spec: ProtocolSpec, system: str, stream: bool) -> dict[str, Any
     req = spec.request(QUESTION, stream)
     if spec.name in ("openai-chat", "cohere-chat"):
         req["messages"][0]["content"] = system
+    elif spec.name == "gemini":
+        req["systemInstruction"] = {"parts": [{"text": system}]}
     else:
         req["system"] = system
     return req
@@ -188,8 +190,11 @@ def test_signed_chunk_counts_from_any_role(
         request = _with_system(spec, tag, False)
     else:
         request = _with_system(spec, "You answer from the sources.", False)
-        last = request["messages"][-1]
-        last["content"] = f"{tag}\n{QUESTION}"
+        if spec.name == "gemini":
+            request["contents"][-1]["parts"] = [{"text": f"{tag}\n{QUESTION}"}]
+        else:
+            last = request["messages"][-1]
+            last["content"] = f"{tag}\n{QUESTION}"
     behaviour = spec.good(GOOD).behaviour("json")
     assert behaviour is not None
     resp = run_case(hardened, upstream, spec, "json", behaviour, request=request)

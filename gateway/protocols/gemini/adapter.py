@@ -1,0 +1,150 @@
+"""gemini: `POST /v1beta/models/{model}:generateContent` (JSON) and `:streamGenerateContent`
+(`?alt=sse`), streaming chosen by the path. The adapter ties parse, stream, render, context and
+framer together behind the interface every protocol offers."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from urllib.parse import unquote
+
+from gateway.context import Trust
+from gateway.policy import Policy, Route
+from gateway.protocols.base import (
+    RequestInfo,
+    blocked_message,
+    rule_withholds_something,
+    template_text,
+)
+from gateway.protocols.gemini import context as gctx
+from gateway.protocols.gemini.fields import BODY_TABLE
+from gateway.protocols.gemini.framer import GeminiFramer
+from gateway.protocols.gemini.parse import NAME, parse_body
+from gateway.protocols.gemini.render import (
+    abstained_body,
+    partial_body,
+    released_body,
+    to_events,
+)
+from gateway.protocols.gemini.stream import GeminiStreamParser
+from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
+from gateway.sse import SSEDecoder, SSEEvent, encode
+from gateway.types import Answer, Claim, ContextSet, Decision, Outcome, Report
+
+__all__ = ["Gemini", "error_body", "status_name"]
+
+# Google's canonical status names for the HTTP statuses the gateway answers with.
+_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    413: "INVALID_ARGUMENT",
+    422: "FAILED_PRECONDITION",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+_STREAM_PATH = re.compile(r":streamGenerateContent(?:\?|$)")
+
+
+def status_name(status: int) -> str:
+    if status in _STATUS:
+        return _STATUS[status]
+    return "FAILED_PRECONDITION" if 400 <= status < 500 else "INTERNAL"
+
+
+def error_body(status: int, message: str) -> dict[str, object]:
+    return {"error": {"code": status, "message": message, "status": status_name(status)}}
+
+
+class Gemini:
+    name = NAME
+    field_table = BODY_TABLE
+
+    def request_info(self, body: Mapping[str, object]) -> RequestInfo:
+        # The body says nothing of streaming: the path does (`streams_by_path`).
+        return RequestInfo(stream=False, include_usage=True, n=1)
+
+    def streams_by_path(self, path: str) -> bool:
+        """Whether the request asks for a stream: `:streamGenerateContent` in the path."""
+        return _STREAM_PATH.search(unquote(path)) is not None
+
+    def request_context(
+        self, body: Mapping[str, object], ctx: ContextSet, chunk_re: re.Pattern[str] | None
+    ) -> None:
+        gctx.request_context(body, ctx, chunk_re, Trust(pattern=chunk_re))
+
+    def parse(self, body: Mapping[str, object], route: Route) -> Answer:
+        return parse_body(body)
+
+    def stream_parser(self, route: Route) -> GeminiStreamParser:
+        return GeminiStreamParser()
+
+    def progressive_framer(self, include_usage: bool) -> GeminiFramer:
+        return GeminiFramer(include_usage)
+
+    def needs_rewrite(self, answer: Answer, policy: Policy) -> bool:
+        return rule_withholds_something(answer, policy)
+
+    def stream_relayable(self, raw: bytes) -> bool:
+        """A captured stream goes out as the upstream's bytes only when it holds nothing but
+        `data:` lines the gateway would have written itself (LF line ends, no comments, ids
+        or event names)."""
+        decoder = SSEDecoder()
+        events = decoder.feed(raw) + decoder.finish()
+        if not events or decoder.undefined:
+            return False
+        return b"".join(encode(e) for e in events) == raw and all(
+            e.event is None for e in events
+        )
+
+    def render(
+        self,
+        answer: Answer,
+        claims: Sequence[Claim],
+        outcome: Outcome,
+        report: Report,
+        policy: Policy,
+    ) -> dict[str, object]:
+        match outcome.decision:
+            case Decision.RELEASED:
+                return released_body(answer, policy)
+            case Decision.PARTIAL:
+                return partial_body(answer, claims, outcome, policy)
+            case Decision.ABSTAINED:
+                return abstained_body(answer, template_text(outcome, policy, "no_evidence"))
+            case Decision.REVIEW:
+                return abstained_body(answer, template_text(outcome, policy, "review_required"))
+            case Decision.BLOCKED:
+                return error_body(policy.release.block_status, blocked_message(outcome))
+            case _:
+                raise ValueError(f"unknown decision {outcome.decision!r}")
+
+    def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]:
+        return error_body(status, message)
+
+    def error_event(self, message: str, type_: str) -> SSEEvent:
+        """A stream's error: a data chunk carrying the error envelope, as the API sends one."""
+        code = 422 if type_ == "citation_verification_failed" else 502
+        return SSEEvent(data=json.dumps(error_body(code, message)))
+
+    def relay_error(self, body: object) -> dict[str, object] | None:
+        """A 4xx `{"error": {"code", "message", "status"}}` rebuilt from those fields only."""
+        if not isinstance(body, Mapping) or not isinstance(body.get("error"), Mapping):
+            return None
+        error = body["error"]
+        message = relayed_message(error.get("message"))
+        if message is None:
+            return None
+        return {"error": relayed_fields(error, message, code=relayed_code, status=relayed_token)}
+
+    def to_stream(self, body: Mapping[str, object], include_usage: bool) -> list[SSEEvent]:
+        return to_events(body)
