@@ -109,6 +109,33 @@ def _add_server_flags(p: argparse.ArgumentParser, *, default_port: int) -> None:
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
 
 
+def _add_upstream_flags(p: argparse.ArgumentParser) -> None:
+    """How `serve` reaches its upstream (DESIGN §11); proxies come from HTTPS_PROXY /
+    HTTP_PROXY / NO_PROXY."""
+    p.add_argument(
+        "--upstream-ca-file",
+        default=_env("UPSTREAM_CA_FILE"),
+        metavar="PEM",
+        help="CA bundle the upstream's certificate must chain to, in place of the system "
+        "store (default: the system store; SSL_CERT_FILE applies) "
+        "(env CITEWARDEN_UPSTREAM_CA_FILE)",
+    )
+    p.add_argument(
+        "--upstream-client-cert",
+        default=_env("UPSTREAM_CLIENT_CERT"),
+        metavar="PEM",
+        help="client certificate for mTLS to the upstream (the key too, unless "
+        "--upstream-client-key) (env CITEWARDEN_UPSTREAM_CLIENT_CERT)",
+    )
+    p.add_argument(
+        "--upstream-client-key",
+        default=_env("UPSTREAM_CLIENT_KEY"),
+        metavar="PEM",
+        help="unencrypted private key of --upstream-client-cert "
+        "(env CITEWARDEN_UPSTREAM_CLIENT_KEY)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="citewarden",
@@ -127,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(env_policies=[p for p in (env_policy or "").split(":") if p])
     _add_server_flags(serve, default_port=8080)
+    _add_upstream_flags(serve)
     # Only `serve`: `demo` runs its upstream in the gateway's own process, so it stays one
     # process and never reads CITEWARDEN_WORKERS.
     serve.add_argument(
@@ -220,6 +248,17 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
                 parse_base_url(args.upstream)
             except ValueError as e:
                 print(f"citewarden serve: --upstream: {e}", file=sys.stderr)
+                return 2
+            from gateway.upstream_tls import UpstreamNetwork
+
+            try:
+                UpstreamNetwork.from_env(
+                    ca_file=args.upstream_ca_file,
+                    client_cert=args.upstream_client_cert,
+                    client_key=args.upstream_client_key,
+                ).check(args.upstream)
+            except ValueError as e:
+                print(f"citewarden serve: {e}", file=sys.stderr)
                 return 2
             policies = args.policy or args.env_policies
             if not policies:

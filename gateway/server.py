@@ -37,6 +37,7 @@ from gateway.limits import (
 from gateway.metrics import Metrics
 from gateway.policy import PolicyStore
 from gateway.upstream import Limits, Timeouts, Upstream
+from gateway.upstream_tls import UpstreamNetwork
 
 DEMO_POLICIES = [
     Path(__file__).parent / "demo" / "policy-strict.yaml",  # header-matched routes first
@@ -65,6 +66,12 @@ class Settings:
     head_timeout: float = HEAD_TIMEOUT
     keep_alive_timeout: float = KEEP_ALIVE_TIMEOUT
     limit_concurrency: int = LIMIT_CONCURRENCY
+    # How upstream connections are made (DESIGN §11; gateway/upstream_tls.py): a CA bundle that
+    # replaces the default trust, and a client certificate and key (mTLS). Proxies come from
+    # the environment.
+    upstream_ca_file: str | None = None
+    upstream_client_cert: str | None = None
+    upstream_client_key: str | None = None
     extra_servers: list[uvicorn.Server] = field(default_factory=list)
     # Listening sockets bound before start-up (a busy port is one line, not a traceback),
     # by the port their server is configured with.
@@ -152,6 +159,7 @@ def build(settings: Settings) -> tuple[ProxyApp, object, PolicyStore, Metrics]:
             total=settings.total_timeout,
         ),
         Limits(max_response_bytes=settings.max_response_bytes),
+        upstream_network(settings),
     )
     proxy = ProxyApp(
         store,
@@ -161,6 +169,15 @@ def build(settings: Settings) -> tuple[ProxyApp, object, PolicyStore, Metrics]:
     )
     admin = create_admin_app(store, metrics)
     return proxy, admin, store, metrics
+
+
+def upstream_network(settings: Settings) -> UpstreamNetwork:
+    """The TLS files of `settings` and the proxy variables of the environment."""
+    return UpstreamNetwork.from_env(
+        ca_file=settings.upstream_ca_file,
+        client_cert=settings.upstream_client_cert,
+        client_key=settings.upstream_client_key,
+    )
 
 
 async def run(
@@ -308,6 +325,9 @@ def settings_from_args(
         head_timeout=args.head_timeout,
         keep_alive_timeout=args.keep_alive_timeout,
         limit_concurrency=args.limit_concurrency,
+        upstream_ca_file=getattr(args, "upstream_ca_file", None),
+        upstream_client_cert=getattr(args, "upstream_client_cert", None),
+        upstream_client_key=getattr(args, "upstream_client_key", None),
     )
 
 
