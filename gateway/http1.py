@@ -37,6 +37,7 @@ from typing import cast
 from urllib.parse import unquote_plus, urlsplit
 
 import httptools
+import structlog
 
 from gateway.decoding import DECODABLE, Decoder, make_decoder
 from gateway.errors import (
@@ -55,6 +56,7 @@ _PAUSE_AT = 256 * 1024  # buffered body bytes at which reading from the socket p
 _IDLE_SECONDS = 15.0  # a pooled connection unused this long is closed rather than reused
 _NO_BODY_STATUS = frozenset({204, 304})
 _MAX_HEAD = 64 * 1024  # bytes of header names and values in one response head
+_log = structlog.get_logger("citewarden")
 
 
 def _describe(exc: BaseException) -> str:
@@ -201,6 +203,7 @@ class Connection(asyncio.Protocol):
             # refusal arrives as an alert in place of the answer.
             message, h2 = tls_failure(exc)
             err: GatewayError = ProtocolError(message) if h2 else UpstreamConnectError(message)
+            self._pool.log_failure(err)
         else:
             err = UpstreamConnectError(
                 f"upstream closed the connection {where}" + (f": {_describe(exc)}" if exc else "")
@@ -539,7 +542,22 @@ class Pool:
             self._wake_one()
             raise
 
+    def log_failure(self, err: GatewayError) -> None:
+        """One log line for a connection that could not be set up (refused, TLS, proxy): the
+        audit line of the exchange has the error's kind, this one its class and the route."""
+        _log.warning("upstream_connection_failed", error=str(err), kind=err.kind,
+                     upstream=f"{self.host}:{self.port}",
+                     proxy=str(self.proxy) if self.proxy is not None else None)
+
     async def _connect(self, loop: asyncio.AbstractEventLoop, deadline: float) -> Connection:
+        try:
+            return await self._connect_once(loop, deadline)
+        except GatewayError as e:
+            self.log_failure(e)
+            raise
+
+    async def _connect_once(self, loop: asyncio.AbstractEventLoop, deadline: float
+                            ) -> Connection:
         if self.tls and self._ssl is None:
             # Built per pool, so SSL_CERT_FILE / SSL_CERT_DIR set for the process are honoured.
             try:

@@ -263,6 +263,17 @@ def tls_reason(exc: ssl.SSLError) -> str:
     return type(exc).__name__
 
 
+# OpenSSL's X509_V_ERR_* codes, in words (never the peer's text).
+_VERIFY_CODES = {
+    9: "certificate not yet valid",
+    10: "certificate expired",
+    18: "self-signed certificate",
+    19: "self-signed certificate in the chain",
+    20: "issuer not in the trusted CA bundle (--upstream-ca-file / SSL_CERT_FILE)",
+    21: "issuer not in the trusted CA bundle (--upstream-ca-file / SSL_CERT_FILE)",
+    62: "hostname mismatch: the certificate does not name the upstream's host",
+    64: "IP address mismatch: the certificate does not name the upstream's address",
+}
 _REFUSED_CERT = ("UNKNOWN_CA", "BAD_CERTIFICATE", "CERTIFICATE_UNKNOWN", "UNSUPPORTED_CERTIFICATE",
                  "CERTIFICATE_REVOKED", "CERTIFICATE_EXPIRED", "ACCESS_DENIED")
 
@@ -273,9 +284,9 @@ def tls_failure(exc: ssl.SSLError) -> tuple[str, bool]:
     reason = tls_reason(exc)
     if isinstance(exc, ssl.SSLCertVerificationError):
         what = "the upstream's certificate did not verify"
-        detail = exc.verify_message if isinstance(exc.verify_message, str) else ""
-        if detail and detail.replace(" ", "").replace("-", "").isalnum():
-            reason = f"{reason}: {detail}"
+        detail = _VERIFY_CODES.get(getattr(exc, "verify_code", 0))
+        if detail:
+            what = f"{what}: {detail}"
     elif "NO_APPLICATION_PROTOCOL" in reason:
         return f"{HTTP2_ONLY}: it refused ALPN http/1.1 ({reason})", True
     elif "CERTIFICATE_REQUIRED" in reason:

@@ -45,11 +45,16 @@ class Pki:
     client_cert: Path  # CN=citewarden-gateway, clientAuth
     client_key: Path
     other_ca: Path  # signed nothing here: trusting it alone trusts no server of this PKI
+    elsewhere_cert: Path  # signed by `ca` for elsewhere.example only
+    elsewhere_key: Path
 
     def server_context(self, *, require_client_cert: bool = False,
-                       alpn: list[str] | None = None) -> ssl.SSLContext:
+                       alpn: list[str] | None = None, elsewhere: bool = False) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(self.server_cert, self.server_key)
+        if elsewhere:
+            ctx.load_cert_chain(self.elsewhere_cert, self.elsewhere_key)
+        else:
+            ctx.load_cert_chain(self.server_cert, self.server_key)
         if require_client_cert:
             ctx.verify_mode = ssl.CERT_REQUIRED
             ctx.load_verify_locations(self.client_ca)
@@ -83,7 +88,8 @@ def _ca(cn: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
 
 
 def _leaf(ca_key: ec.EllipticCurvePrivateKey, ca: x509.Certificate, cn: str, *,
-          server: bool) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+          server: bool, names: list[x509.GeneralName] | None = None,
+          ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC)
     builder = (
@@ -100,7 +106,7 @@ def _leaf(ca_key: ec.EllipticCurvePrivateKey, ca: x509.Certificate, cn: str, *,
                        critical=False)
     )
     if server:
-        builder = builder.add_extension(x509.SubjectAlternativeName(
+        builder = builder.add_extension(x509.SubjectAlternativeName(names or
             [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
             critical=False)
     return key, builder.sign(ca_key, hashes.SHA256())
@@ -125,6 +131,8 @@ def make_pki(d: Path) -> Pki:
     cca_key, cca = _ca("citewarden test client CA")
     client_key, client = _leaf(cca_key, cca, "citewarden-gateway", server=False)
     _, other = _ca("some other CA")
+    elsewhere_key, elsewhere = _leaf(ca_key, ca, "elsewhere.example", server=True,
+                                     names=[x509.DNSName("elsewhere.example")])
     return Pki(
         ca=_write(d / "ca.pem", ca),
         server_cert=_write(d / "server.pem", server),
@@ -133,6 +141,8 @@ def make_pki(d: Path) -> Pki:
         client_cert=_write(d / "client.pem", client),
         client_key=_write(d / "client.key", client_key),
         other_ca=_write(d / "other-ca.pem", other),
+        elsewhere_cert=_write(d / "elsewhere.pem", elsewhere),
+        elsewhere_key=_write(d / "elsewhere.key", elsewhere_key),
     )
 
 
@@ -196,10 +206,12 @@ class Origin:
             conn, self.connections = self.connections, self.connections + 1
         peer_cn = None
         if self.tls is not None:
+            sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
             try:
-                sock = self.tls.wrap_socket(sock, server_side=True)
+                sock.do_handshake()
             except (ssl.SSLError, OSError) as e:
                 self.tls_failures.append(type(e).__name__)
+                _linger(sock)
                 return
             with sock:
                 cert = sock.getpeercert()
@@ -245,6 +257,17 @@ class Origin:
             served += 1
             if not self.keep_alive:
                 return
+
+
+def _linger(sock: ssl.SSLSocket) -> None:
+    """Close after a failed handshake as servers do (a lingering close): the alert already
+    sent, read what the client still sends until it closes, so that no reset overtakes it."""
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_WR)
+        sock.settimeout(1.0)
+        while socket.socket.recv(sock, 65536):
+            pass
+    sock.close()
 
 
 class _Threaded(socketserver.ThreadingTCPServer):
