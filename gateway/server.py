@@ -245,6 +245,7 @@ async def run(
         proxy=f"{settings.host}:{settings.port}",
         admin=f"{settings.host}:{settings.admin_port}" if serve_admin else None,
         upstream=settings.upstream,
+        upstream_proxy=proxy.upstream.proxy,
         policies=[p.label for p in store.current.policies],
         shadow=[p.label for p in store.current.policies if p.policy.mode == "shadow"],
         loop=type(loop).__module__.split(".")[0],  # "uvloop", or "asyncio" without it

@@ -325,6 +325,11 @@ class Upstream:
         finally:
             conn.finish()
 
+    @property
+    def proxy(self) -> str | None:
+        """The forward proxy connections go through (host and port, never credentials)."""
+        return str(self._pool.proxy) if self._pool.proxy is not None else None
+
     async def aclose(self) -> None:
         """Close the idle connections; busy ones close as their exchanges end."""
         self._pool.close_idle()

@@ -121,6 +121,7 @@ async def test_https_upstream_through_a_connect_tunnel(pki: Pki, proxy) -> None:
         net = UpstreamNetwork.from_env(
             {"HTTPS_PROXY": f"http://{ENCODED}@127.0.0.1:{proxy_port}"}, ca_file=str(pki.ca))
         up = Upstream(f"https://localhost:{port}/base", TIMEOUTS, network=net)
+        assert up.proxy == f"http://127.0.0.1:{proxy_port} (with credentials)"  # as logged
         try:
             for i in range(2):
                 resp = await up.request("POST", f"/v1/x?n={i}", [], b"{}")
