@@ -24,15 +24,11 @@ def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"CITEWARDEN_{name}", default)
 
 
-def _workers(value: str) -> int:
-    """--workers: a whole number of processes, at least one."""
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
+WORKERS_REMOVED = (
+    "--workers / CITEWARDEN_WORKERS was removed: run one gateway process per container and "
+    "scale out with replicas (Helm replicaCount or autoscaling.enabled); see "
+    "docs/operations.md \"One process per container\""
+)
 
 
 def _add_server_flags(p: argparse.ArgumentParser, *, default_port: int) -> None:
@@ -155,15 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(env_policies=[p for p in (env_policy or "").split(":") if p])
     _add_server_flags(serve, default_port=8080)
     _add_upstream_flags(serve)
-    # Only `serve`: `demo` runs its upstream in the gateway's own process, so it stays one
-    # process and never reads CITEWARDEN_WORKERS.
-    serve.add_argument(
-        "--workers",
-        type=_workers,
-        default=_env("WORKERS", "1"),
-        help="proxy worker processes sharing the port, e.g. one per core "
-        "(env CITEWARDEN_WORKERS; default 1: a single process)",
-    )
+    # Removed (one process per container): still parsed, so that a value other than 1 is a
+    # clear error rather than "unrecognized arguments"; 1 (what older charts set) is accepted.
+    serve.add_argument("--workers", default=_env("WORKERS"), help=argparse.SUPPRESS)
 
     demo = sub.add_parser("demo", help="the gateway in front of the embedded demo upstream")
     demo.add_argument("--policy", action="append", default=None)
@@ -236,6 +226,9 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         case "serve":
             from gateway.server import serve_from_args
 
+            if args.workers is not None and args.workers.strip() != "1":
+                print(f"citewarden serve: {WORKERS_REMOVED}", file=sys.stderr)
+                return 2
             if not args.upstream:
                 print(
                     "citewarden serve: --upstream (or CITEWARDEN_UPSTREAM) is required",

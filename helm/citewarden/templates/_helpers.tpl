@@ -120,6 +120,9 @@ Shared by the standalone Deployment and the sidecar.
 */}}
 {{- define "citewarden.container" -}}
 {{- $v := .values -}}
+{{- if and (hasKey $v "workers") (ne (int $v.workers) 1) }}
+{{- fail "workers was removed: the gateway runs one process per container; scale out with replicaCount or autoscaling.enabled (docs/operations.md \"One process per container\")" }}
+{{- end -}}
 {{- $grace := int $v.shutdownGraceSeconds -}}
 {{- $sleep := int $v.preStopSleepSeconds -}}
 {{- $mount := $v.policyOptions.mountPath -}}
@@ -147,8 +150,6 @@ env:
     value: {{ $v.ports.admin | quote }}
   - name: CITEWARDEN_SHUTDOWN_GRACE
     value: {{ $grace | quote }}
-  - name: CITEWARDEN_WORKERS
-    value: {{ $v.workers | default 1 | quote }}
   {{- range $key, $env := dict "caFile" "CITEWARDEN_UPSTREAM_CA_FILE" "clientCert" "CITEWARDEN_UPSTREAM_CLIENT_CERT" "clientKey" "CITEWARDEN_UPSTREAM_CLIENT_KEY" }}
   {{- with index ($v.upstream | default dict) $key }}
   - name: {{ $env }}
