@@ -603,9 +603,9 @@ async def test_bad_chunk_after_the_headers_is_protocol_error_not_a_hang(wire, cl
 
 
 # How many connections one call opens when every one is closed straight after the request
-# arrives: one. Only a *reused* connection that closes before any byte of the answer earns an
-# idempotent request a second attempt (a keep-alive race, see the next test); a fresh
-# connection that fails says the upstream is failing, and is not hammered twice.
+# arrives: one. Only a *reused* connection that closes before any byte of the answer earns a
+# request a second attempt (a keep-alive race, see above); a fresh connection that fails says
+# the upstream is failing, and is not hammered twice.
 ATTEMPTS = {"GET": 1, "POST": 1}
 
 
