@@ -9,7 +9,9 @@ take the same one and ask it for the two things a connection needs:
   `http/1.1`;
 * `proxy_for(scheme, host, port)`: the forward proxy a connection to that origin goes through,
   or None — `https_proxy` / `http_proxy` / `all_proxy` (lower case first, then upper case), minus
-  the hosts `no_proxy` names, with curl's rules (`NoProxy`).
+  the hosts `no_proxy` names, with curl's rules (`NoProxy`), and minus loopback (`localhost`,
+  `*.localhost`, 127.0.0.0/8, ::1) always, as Go's net/http does: a sidecar's application on
+  127.0.0.1 is never sent through a remote proxy, whatever the pod's environment says.
 
 Proxies are `http://[user:password@]host[:port]`; the credentials become a
 `Proxy-Authorization: Basic` value and are never part of what `ProxyURL` prints. An `https://`
@@ -143,6 +145,17 @@ class NoProxy:
         return False
 
 
+def is_loopback(host: str) -> bool:
+    """`localhost`, a name under `.localhost`, or a loopback address (never proxied)."""
+    host = _strip_host(host)
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _env(environ: Mapping[str, str], *names: str) -> str | None:
     """The first of `names` set to a non-empty value (lower case is listed first, as curl and
     Python's urllib prefer it)."""
@@ -207,7 +220,7 @@ class UpstreamNetwork:
             url, source = self.https_proxy, self.https_proxy_source
         else:
             url, source = self.http_proxy, self.http_proxy_source
-        if url is None or NoProxy(self.no_proxy).matches(host, port):
+        if url is None or is_loopback(host) or NoProxy(self.no_proxy).matches(host, port):
             return None
         return ProxyURL.parse(url, source)
 

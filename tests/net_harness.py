@@ -33,13 +33,16 @@ from gateway.server import Settings, build
 from tests.gateway_harness import Gateway
 from tests.upstream_app import serve
 
+# A name only the test proxy resolves (to 127.0.0.1): loopback upstreams are never proxied.
+PROXIED_HOST = "llm.internal.test"
+
 # ----------------------------------------------------------------------------------------- PKI
 
 
 @dataclass(frozen=True)
 class Pki:
     ca: Path  # trusts `server`
-    server_cert: Path  # localhost and 127.0.0.1
+    server_cert: Path  # localhost, PROXIED_HOST and 127.0.0.1
     server_key: Path
     client_ca: Path  # signed `client_cert`
     client_cert: Path  # CN=citewarden-gateway, clientAuth
@@ -107,7 +110,8 @@ def _leaf(ca_key: ec.EllipticCurvePrivateKey, ca: x509.Certificate, cn: str, *,
     )
     if server:
         builder = builder.add_extension(x509.SubjectAlternativeName(names or
-            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            [x509.DNSName("localhost"), x509.DNSName(PROXIED_HOST),
+             x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
             critical=False)
     return key, builder.sign(ca_key, hashes.SHA256())
 
@@ -312,7 +316,8 @@ def basic(user: str, password: str) -> str:
 class ForwardProxy:
     """A forward proxy: CONNECT host:port opens a tunnel, an absolute-form request is relayed
     in origin form (its `proxy-authorization` removed). With `credentials`, a request without
-    that `Proxy-Authorization` gets 407. Records each connection's first head."""
+    that `Proxy-Authorization` gets 407. Records each connection's first head. It resolves
+    PROXIED_HOST to 127.0.0.1 itself, as a corporate proxy resolves names its clients cannot."""
 
     credentials: str | None = None  # the expected Proxy-Authorization value
     heads: list[Seen] = field(default_factory=list)
@@ -337,14 +342,14 @@ class ForwardProxy:
             return
         if method == "CONNECT":
             host, _, port = target.rpartition(":")
-            upstream = socket.create_connection((host.strip("[]"), int(port)), timeout=5)
+            upstream = socket.create_connection((_resolve(host.strip("[]")), int(port)), timeout=5)
             client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             first = rest
         else:
             assert target.startswith("http://"), target
             authority, _, path = target[len("http://"):].partition("/")
             host, _, port = authority.rpartition(":")
-            upstream = socket.create_connection((host, int(port)), timeout=5)
+            upstream = socket.create_connection((_resolve(host), int(port)), timeout=5)
             lines = head.split(b"\r\n")
             kept = [b"%s /%s HTTP/1.1" % (method.encode(), path.encode())] + [
                 x for x in lines[1:] if not x.lower().startswith(b"proxy-authorization:")]
@@ -355,6 +360,10 @@ class ForwardProxy:
             pump.start()
             _pipe(upstream, client)
             pump.join(5.0)
+
+
+def _resolve(host: str) -> str:
+    return "127.0.0.1" if host == PROXIED_HOST else host
 
 
 def _pipe(src: socket.socket, dst: socket.socket) -> None:

@@ -20,10 +20,20 @@ from gateway.errors import UpstreamConnectError
 from gateway.upstream import Timeouts, Upstream
 from gateway.upstream_tls import NoProxy, ProxyURL, UpstreamNetwork
 from tests.gateway_harness import write_policy
-from tests.net_harness import ForwardProxy, Origin, Pki, basic, gateway, listening, make_pki
+from tests.net_harness import (
+    PROXIED_HOST,
+    ForwardProxy,
+    Origin,
+    Pki,
+    basic,
+    gateway,
+    listening,
+    make_pki,
+)
 from tests.upstream_app import openai_body
 
 TIMEOUTS = Timeouts(connect=2, read=3, total=5)
+H = PROXIED_HOST  # the upstream's name: only the proxy resolves it
 USER, PASSWORD = "svc@corp", "s3cr:t/pw"  # both need percent-encoding in a URL
 PROXY_AUTH = basic(USER, PASSWORD)
 ENCODED = "svc%40corp:s3cr%3At%2Fpw"
@@ -120,7 +130,7 @@ async def test_https_upstream_through_a_connect_tunnel(pki: Pki, proxy) -> None:
     with listening(origin.handle) as port:
         net = UpstreamNetwork.from_env(
             {"HTTPS_PROXY": f"http://{ENCODED}@127.0.0.1:{proxy_port}"}, ca_file=str(pki.ca))
-        up = Upstream(f"https://localhost:{port}/base", TIMEOUTS, network=net)
+        up = Upstream(f"https://{H}:{port}/base", TIMEOUTS, network=net)
         assert up.proxy == f"http://127.0.0.1:{proxy_port} (with credentials)"  # as logged
         try:
             for i in range(2):
@@ -129,9 +139,9 @@ async def test_https_upstream_through_a_connect_tunnel(pki: Pki, proxy) -> None:
         finally:
             await up.aclose()
     # One tunnel, kept alive for both requests; credentials on the CONNECT only.
-    assert fp.lines == [f"CONNECT localhost:{port} HTTP/1.1"]
+    assert fp.lines == [f"CONNECT {H}:{port} HTTP/1.1"]
     assert fp.heads[0].values("proxy-authorization") == [PROXY_AUTH]
-    assert fp.heads[0].values("host") == [f"localhost:{port}"]
+    assert fp.heads[0].values("host") == [f"{H}:{port}"]
     assert [s.line for s in origin.seen] == ["POST /base/v1/x?n=0 HTTP/1.1",
                                              "POST /base/v1/x?n=1 HTTP/1.1"]
     assert all(s.values("proxy-authorization") == [] for s in origin.seen)
@@ -147,13 +157,13 @@ async def test_tls_inside_the_tunnel_is_verified_end_to_end(pki: Pki, proxy) -> 
         net = UpstreamNetwork.from_env(
             {"https_proxy": f"http://{ENCODED}@127.0.0.1:{proxy_port}"},
             ca_file=str(pki.other_ca))
-        up = Upstream(f"https://localhost:{port}", TIMEOUTS, network=net)
+        up = Upstream(f"https://{H}:{port}", TIMEOUTS, network=net)
         try:
             with pytest.raises(UpstreamConnectError, match="TLS failure") as e:
                 await up.request("GET", "/", [], b"")
         finally:
             await up.aclose()
-    assert fp.lines == [f"CONNECT localhost:{port} HTTP/1.1"]
+    assert fp.lines == [f"CONNECT {H}:{port} HTTP/1.1"]
     assert origin.seen == []
     assert "through proxy" not in str(e.value) or PASSWORD not in str(e.value)
 
@@ -163,38 +173,51 @@ async def test_http_upstream_through_the_proxy_in_absolute_form(proxy) -> None:
     origin = Origin(body=b"ok")
     with listening(origin.handle) as port:
         net = UpstreamNetwork.from_env({"http_proxy": f"{ENCODED}@127.0.0.1:{proxy_port}"})
-        up = Upstream(f"http://127.0.0.1:{port}/prefix", TIMEOUTS, network=net)
+        up = Upstream(f"http://{H}:{port}/prefix", TIMEOUTS, network=net)
         try:
             resp = await up.request("GET", "/v1/models?a=1", [("x-api-key", "k")], b"")
         finally:
             await up.aclose()
     assert (resp.status, resp.body) == (200, b"ok")
     [head] = fp.heads
-    assert head.line == f"GET http://127.0.0.1:{port}/prefix/v1/models?a=1 HTTP/1.1"
-    assert head.values("host") == [f"127.0.0.1:{port}"]
+    assert head.line == f"GET http://{H}:{port}/prefix/v1/models?a=1 HTTP/1.1"
+    assert head.values("host") == [f"{H}:{port}"]
     assert head.values("proxy-authorization") == [PROXY_AUTH]
     assert head.values("x-api-key") == ["k"]
     assert [s.line for s in origin.seen] == ["GET /prefix/v1/models?a=1 HTTP/1.1"]
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
-async def test_no_proxy_goes_direct(pki: Pki, proxy, scheme: str) -> None:
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])
+async def test_a_loopback_upstream_is_never_proxied(pki: Pki, proxy, scheme: str,
+                                                    host: str) -> None:
+    """A sidecar's application on 127.0.0.1 stays on the pod whatever the environment says (as
+    Go's net/http decides); no NO_PROXY needed."""
     fp, proxy_port = proxy
     origin = Origin(body=b"ok", tls=pki.server_context() if scheme == "https" else None)
     with listening(origin.handle) as port:
         net = UpstreamNetwork.from_env(
             {"HTTPS_PROXY": f"http://127.0.0.1:{proxy_port}",
-             "HTTP_PROXY": f"http://127.0.0.1:{proxy_port}",
-             "NO_PROXY": f"example.org,.localhost,127.0.0.1:{port}"},
+             "HTTP_PROXY": f"http://127.0.0.1:{proxy_port}"},
             ca_file=str(pki.ca))
-        host = "localhost" if scheme == "https" else "127.0.0.1"
         up = Upstream(f"{scheme}://{host}:{port}", TIMEOUTS, network=net)
+        assert up.proxy is None
         try:
             assert (await up.request("GET", "/", [], b"")).body == b"ok"
         finally:
             await up.aclose()
     assert fp.heads == []
     assert len(origin.seen) == 1
+
+
+@pytest.mark.parametrize(
+    ("no_proxy", "proxied"),
+    [("", True), (H, False), (f".internal.test,{H}:1", False), (f"{H}:2", True), ("*", False)])
+def test_no_proxy_decides_for_the_upstream(no_proxy: str, proxied: bool) -> None:
+    net = UpstreamNetwork.from_env(
+        {"HTTPS_PROXY": "http://proxy.corp:3128", "NO_PROXY": no_proxy})
+    up = Upstream(f"https://{H}:1", TIMEOUTS, network=net)
+    assert (up.proxy == "http://proxy.corp:3128") is proxied
 
 
 @pytest.mark.parametrize("given", [None, "wrong:pw"])
@@ -204,7 +227,7 @@ async def test_a_proxy_that_refuses_the_tunnel_is_a_502_that_says_so(pki: Pki, p
     userinfo = f"{given}@" if given else ""
     net = UpstreamNetwork.from_env({"HTTPS_PROXY": f"http://{userinfo}127.0.0.1:{proxy_port}"},
                                    ca_file=str(pki.ca))
-    up = Upstream("https://localhost:9", TIMEOUTS, network=net)
+    up = Upstream(f"https://{H}:9", TIMEOUTS, network=net)
     try:
         with pytest.raises(UpstreamConnectError, match="refused the tunnel") as e:
             await up.request("POST", "/", [], b"{}")
@@ -213,14 +236,14 @@ async def test_a_proxy_that_refuses_the_tunnel_is_a_502_that_says_so(pki: Pki, p
     assert "(407)" in str(e.value)
     assert ("credentials were rejected" in str(e.value)) is (given is not None)
     assert "pw" not in str(e.value)
-    assert fp.lines == ["CONNECT localhost:9 HTTP/1.1"]
+    assert fp.lines == [f"CONNECT {H}:9 HTTP/1.1"]
 
 
 async def test_an_unreachable_proxy_names_the_proxy_not_its_credentials() -> None:
     with listening(lambda sock: None) as port:
         pass  # a port that was just free: nothing listens on it now
     net = UpstreamNetwork.from_env({"HTTPS_PROXY": f"http://{ENCODED}@127.0.0.1:{port}"})
-    up = Upstream("https://localhost:9", TIMEOUTS, network=net)
+    up = Upstream(f"https://{H}:9", TIMEOUTS, network=net)
     try:
         with pytest.raises(UpstreamConnectError, match=f"proxy http://127.0.0.1:{port}") as e:
             await up.request("GET", "/", [], b"")
@@ -245,10 +268,9 @@ def test_the_gateway_honours_https_proxy_from_its_environment(
     fp, proxy_port = proxy
     origin = Origin(body=GOOD, tls=pki.server_context(), keep_alive=False)
     monkeypatch.setenv("HTTPS_PROXY", f"http://{ENCODED}@127.0.0.1:{proxy_port}")
-    monkeypatch.setenv("NO_PROXY", "")  # the gateway's own loopback listeners are not involved
     log = io.StringIO()
     with listening(origin.handle) as port, gateway(
-        f"https://localhost:{port}", [write_policy(tmp_path)], log,
+        f"https://{H}:{port}", [write_policy(tmp_path)], log,
         upstream_ca_file=str(pki.ca),
     ) as gw, httpx.Client(trust_env=False) as http:
         client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-test", max_retries=0,
@@ -261,7 +283,7 @@ def test_the_gateway_honours_https_proxy_from_its_environment(
             "model": "m", "messages": [{"role": "user", "content": "again"}]},
             headers={"authorization": "Bearer sk-test", "x-request-id": "proxy-refused"})
         time.sleep(0.2)  # the audit line follows the answer
-    assert fp.lines[0] == f"CONNECT localhost:{port} HTTP/1.1"
+    assert fp.lines[0] == f"CONNECT {H}:{port} HTTP/1.1"
     assert [s.line for s in origin.seen] == ["POST /v1/chat/completions HTTP/1.1"]
     assert origin.seen[0].values("authorization") == ["Bearer sk-test"]
     assert r.status_code == 502
@@ -281,10 +303,10 @@ def test_the_gateway_sends_http_upstream_requests_to_the_proxy_in_absolute_form(
     origin = Origin(body=GOOD)
     monkeypatch.setenv("http_proxy", f"http://{ENCODED}@127.0.0.1:{proxy_port}")
     with listening(origin.handle) as port, gateway(
-        f"http://127.0.0.1:{port}", [write_policy(tmp_path)]
+        f"http://{H}:{port}", [write_policy(tmp_path)]
     ) as gw, httpx.Client(trust_env=False) as http:
         client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-test", max_retries=0,
                                http_client=http)
         assert _chat(client) == "The battery holds 62.5 kWh [doc:1]."
-    assert fp.lines == [f"POST http://127.0.0.1:{port}/v1/chat/completions HTTP/1.1"]
+    assert fp.lines == [f"POST http://{H}:{port}/v1/chat/completions HTTP/1.1"]
     assert fp.heads[0].values("proxy-authorization") == [PROXY_AUTH]
