@@ -46,10 +46,6 @@ LITELLM_SKIPPED = "skipped: litellm not installed (bench/setup_litellm.sh instal
 # -------------------------------------------------------------------------------- targets
 
 
-# Targets measured with a second worker process as well: on 2 cores one event loop saturates
-# on verification while the other core idles (docs/benchmarks.md), so `--workers 2` is measured
-# next to one worker, against a bare passthrough given the same two workers.
-WORKERS2 = " x2 workers"
 SPREAD = ", starts spread over "
 BARE_BUFFERED = "bare passthrough, buffered"
 JITTER = 0.5
@@ -58,34 +54,33 @@ ROUNDS = 3
 
 
 def gateway_argv(upstream: str, policy: Path, port: int, admin_port: int,
-                 workers: int = 1, code: Path | None = None) -> list[str]:
+                 code: Path | None = None) -> list[str]:
     """`code`: run the gateway package of that source tree (`python -m`, see start_gateway)
     rather than the venv's `citewarden` entry point, which runs whichever tree is installed."""
     exe = Path(PY).with_name("citewarden")
     head = [str(exe)] if exe.exists() and code is None else [PY, "-m", "gateway.cli"]
     return [*head, "serve", "--upstream", upstream, "--policy", str(policy),
-            "--port", str(port), "--admin-port", str(admin_port),
-            *(["--workers", str(workers)] if workers > 1 else [])]
+            "--port", str(port), "--admin-port", str(admin_port)]
 
 
-def start_bare(stack: contextlib.ExitStack, upstream: str, workers: int = 1,
+def start_bare(stack: contextlib.ExitStack, upstream: str,
                buffer_streams: bool = False) -> Server:
     port = common.free_port()
     argv = [PY, str(BENCH / "bare_proxy.py"), "--upstream", upstream, "--port", str(port),
-            "--workers", str(workers), *(["--buffer-streams"] if buffer_streams else [])]
+            *(["--buffer-streams"] if buffer_streams else [])]
     return stack.enter_context(common.server("bare", argv, port))
 
 
 def start_gateway(stack: contextlib.ExitStack, upstream: str, policy: Path,
-                  workers: int = 1, code: Path | None = None) -> Server:
+                  code: Path | None = None) -> Server:
     """`code`: the source tree whose `gateway` package runs. `python -m` puts the working
     directory first on sys.path, and PYTHONPATH comes before the venv's editable install, so
     both point at `code`."""
     port, admin = common.free_port(), common.free_port()
-    argv = gateway_argv(upstream, policy, port, admin, workers, code)
+    argv = gateway_argv(upstream, policy, port, admin, code)
     env, cwd = ({"PYTHONPATH": str(code)}, code) if code else (None, ROOT)
     return stack.enter_context(
-        common.server(f"citewarden-{policy.stem}-w{workers}", argv, port, env=env, cwd=cwd))
+        common.server(f"citewarden-{policy.stem}", argv, port, env=env, cwd=cwd))
 
 
 @contextlib.contextmanager
@@ -182,10 +177,6 @@ def _start_targets(stack: contextlib.ExitStack, mock: Server, with_litellm: bool
     if baseline:
         base_name, base_tree = baseline
         starters[base_name] = lambda: start_gateway(stack, mock.url, policy, code=base_tree)
-    starters |= {
-        "bare passthrough" + WORKERS2: lambda: start_bare(stack, mock.url, 2),
-        "citewarden" + WORKERS2: lambda: start_gateway(stack, mock.url, policy, 2, code),
-    }
     if with_litellm:
         starters["litellm"] = lambda: start_litellm(stack, mock.url)
     targets: dict[str, Server | str] = {"direct": mock}
@@ -273,7 +264,7 @@ def throughput(targets: dict[str, Server | str], duration: float, raw: dict[str,
         cpu_cell = (f"{cpu[name] / served * 1e6:.0f} µs, {cpu[name] / duration:.2f} cores"
                     if served else "")
         d = res["direct"]
-        b = res.get("bare passthrough" + (WORKERS2 if name.endswith(WORKERS2) else ""))
+        b = res.get("bare passthrough")
         cells = [name]
         for c in conc:
             cells += [f"{res[name][c].rps:.0f}", _pct(res[name][c].rps, d[c].rps)]
@@ -286,7 +277,7 @@ def throughput(targets: dict[str, Server | str], duration: float, raw: dict[str,
     raw[key + "_cpu_us_per_request_64"] = {
         k: cpu[k] / n * 1e6 for k in up if (n := sum(r.requests for r in runs[k][conc[-1]]))}
     return report.table(["target", "req/s @16", "vs direct @16", "req/s @64", "vs direct @64",
-                         "vs bare (same workers) @16 / @64", "server CPU per request @64"],
+                         "vs bare @16 / @64", "server CPU per request @64"],
                         rows)
 
 
@@ -383,9 +374,6 @@ def sse(streams: int, token_interval_ms: float, raw: dict[str, Any]) -> str:
          token_interval_ms),
         ("citewarden progressive" + spread,
          lambda st, m: start_gateway(st, m.url, progressive), token_interval_ms),
-        ("citewarden buffer" + WORKERS2, lambda st, m: start_gateway(st, m.url, buffer, 2), 0.0),
-        ("citewarden progressive" + WORKERS2,
-         lambda st, m: start_gateway(st, m.url, progressive, 2), 0.0),
     ]
     for name, setup, stagger in setups:
         try:
@@ -494,29 +482,23 @@ def targets_table(raw: dict[str, Any]) -> str:
 
     lat, thr = raw.get("latency", {}), raw.get("throughput", {})
     d = "direct"
-    for workers in ("", WORKERS2):
-        cw, b = "citewarden" + workers, "bare passthrough" + workers
-        label = f" ({workers.strip()})" if workers else ""
-        add("added p50 latency, concurrency 1" + label, "<= 1 ms",
-            lat[cw]["p50_ms"] - lat[d]["p50_ms"] if cw in lat and d in lat else None,
-            lambda v: v <= 1.0, "+.2f")
-        for c, floor in ((16, 0.80), (64, 0.70)):
-            add(f"throughput vs direct @{c}{label}", f">= {floor:.0%}",
-                thr[cw][c]["rps"] / thr[d][c]["rps"] if cw in thr and d in thr else None,
-                lambda v, f=floor: v >= f, ".0%")
-        for c in (16, 64):
-            add(f"throughput vs bare passthrough @{c}{label}", ">= 90%",
-                thr[cw][c]["rps"] / thr[b][c]["rps"] if cw in thr and b in thr else None,
-                lambda v: v >= 0.90, ".0%")
+    cw, b = "citewarden", "bare passthrough"
+    add("added p50 latency, concurrency 1", "<= 1 ms",
+        lat[cw]["p50_ms"] - lat[d]["p50_ms"] if cw in lat and d in lat else None,
+        lambda v: v <= 1.0, "+.2f")
+    for c, floor in ((16, 0.80), (64, 0.70)):
+        add(f"throughput vs direct @{c}", f">= {floor:.0%}",
+            thr[cw][c]["rps"] / thr[d][c]["rps"] if cw in thr and d in thr else None,
+            lambda v, f=floor: v >= f, ".0%")
+    for c in (16, 64):
+        add(f"throughput vs bare passthrough @{c}", ">= 90%",
+            thr[cw][c]["rps"] / thr[b][c]["rps"] if cw in thr and b in thr else None,
+            lambda v: v >= 0.90, ".0%")
     jit = raw.get("throughput_jitter", {})
-    for workers in ("", WORKERS2):
-        cw = "citewarden" + workers
-        label = f", {workers.strip()}" if workers else ""
-        if cw in jit and d in jit:
-            for c in (16, 64):
-                rows.append([f"  context: throughput vs direct @{c}, jittered upstream{label}",
-                             "(no goal)", format(jit[cw][c]["rps"] / jit[d][c]["rps"], ".0%"),
-                             ""])
+    if cw in jit and d in jit:
+        for c in (16, 64):
+            rows.append([f"  context: throughput vs direct @{c}, jittered upstream",
+                         "(no goal)", format(jit[cw][c]["rps"] / jit[d][c]["rps"], ".0%"), ""])
     sse_runs = [r for r in raw.get("sse", []) if r["name"].startswith("citewarden")]
     add("SSE streams lost / damaged (every citewarden run)", "0",
         sum(r["damaged"] + len(r["failures"]) for r in sse_runs) if sse_runs else None,
@@ -527,7 +509,7 @@ def targets_table(raw: dict[str, Any]) -> str:
     base_by = {r["name"]: r for r in raw.get("sse", [])
                if r["name"].startswith(("direct", "bare"))}
     for v in variants:
-        label = f" ({v.strip(' ,')})" if v else " (all streams at once, one worker)"
+        label = f" ({v.strip(' ,')})" if v else " (all streams at once)"
         buf, prog = sse_by.get("citewarden buffer" + v), sse_by.get("citewarden progressive" + v)
         add("buffer release delay p50" + label, "<= 5 ms",
             buf["release_delay_p50_ms"] if buf else None, lambda x: x <= 5.0, ".1f")
@@ -618,9 +600,7 @@ Latency at concurrency 1: `bench/load.py alternate`, one request to each target 
 ({duration:.0f} s per target). SSE: {ROUNDS} rounds per setup, the median round shown.
 Mock upstream: 20 ms latency, {len(REQUEST_BODY)} B request carrying the context chunks,
 ~1 KB cited openai-chat answer; SSE paced at one token per {token_interval_ms:.0f} ms.
-Every server is one process (one uvicorn worker) on {nproc} shared cores, except the
-"x2 workers" rows: `citewarden serve --workers 2`, and the bare passthrough with two uvicorn
-workers to compare it with.
+Every server is one process (one uvicorn worker) on {nproc} shared cores.
 {('LiteLLM: ' + litellm_note) if litellm_note else ''}
 {ab}
 ### Against the targets

@@ -1,13 +1,11 @@
 """The admin port: /healthz, /readyz and /metrics. Never served on the proxy port.
 
-One process serves it: the gateway itself, or with `serve --workers N` the supervisor, which
-adds its workers to readiness and exposes their metrics summed.
+The gateway process serves it, next to the proxy port (one process per container: DESIGN §9,
+docs/operations.md "One process per container").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 from starlette.applications import Starlette
@@ -19,24 +17,14 @@ from gateway.policy import PolicyStore
 
 
 class Exposition(Protocol):
-    """What /metrics renders: `Metrics` in one process, `SupervisorMetrics` with workers."""
+    """What /metrics renders: `gateway.metrics.Metrics`."""
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerState:
-    """The supervisor's view of its workers, read on every /readyz."""
-
-    configured: int
-    ready: int
-    stopping: bool = False
 
 
 def create_admin_app(
     store: PolicyStore,
     metrics: Exposition,
-    workers: Callable[[], WorkerState] | None = None,
 ) -> Starlette:
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -48,14 +36,6 @@ def create_admin_app(
                 {"status": "not ready", "reason": "no policy loaded"}, status_code=503
             )
         body: dict[str, object] = {"status": "ready", "policies": [p.label for p in policies]}
-        if workers is not None:
-            state = workers()
-            body["workers"] = {"configured": state.configured, "ready": state.ready}
-            # A pod at part capacity leaves the Service until every worker serves again.
-            if state.stopping or state.ready < state.configured:
-                body["status"] = "not ready"
-                body["reason"] = "shutting down" if state.stopping else "workers not ready"
-                return JSONResponse(body, status_code=503)
         return JSONResponse(body)
 
     async def metrics_endpoint(request: Request) -> Response:

@@ -27,15 +27,11 @@ def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"CITEWARDEN_{name}", default)
 
 
-def _workers(value: str) -> int:
-    """--workers: a whole number of processes, at least one."""
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
+WORKERS_REMOVED = (
+    "--workers / CITEWARDEN_WORKERS was removed: run one gateway process per container and "
+    "scale out with replicas (Helm replicaCount or autoscaling.enabled); see "
+    "docs/operations.md \"One process per container\""
+)
 
 
 def _add_server_flags(p: argparse.ArgumentParser, *, default_port: int) -> None:
@@ -112,6 +108,33 @@ def _add_server_flags(p: argparse.ArgumentParser, *, default_port: int) -> None:
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
 
 
+def _add_upstream_flags(p: argparse.ArgumentParser) -> None:
+    """How `serve` reaches its upstream (DESIGN §11); proxies come from HTTPS_PROXY /
+    HTTP_PROXY / NO_PROXY."""
+    p.add_argument(
+        "--upstream-ca-file",
+        default=_env("UPSTREAM_CA_FILE"),
+        metavar="PEM",
+        help="CA bundle the upstream's certificate must chain to, in place of the system "
+        "store (default: the system store; SSL_CERT_FILE applies) "
+        "(env CITEWARDEN_UPSTREAM_CA_FILE)",
+    )
+    p.add_argument(
+        "--upstream-client-cert",
+        default=_env("UPSTREAM_CLIENT_CERT"),
+        metavar="PEM",
+        help="client certificate for mTLS to the upstream (the key too, unless "
+        "--upstream-client-key) (env CITEWARDEN_UPSTREAM_CLIENT_CERT)",
+    )
+    p.add_argument(
+        "--upstream-client-key",
+        default=_env("UPSTREAM_CLIENT_KEY"),
+        metavar="PEM",
+        help="unencrypted private key of --upstream-client-cert "
+        "(env CITEWARDEN_UPSTREAM_CLIENT_KEY)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="citewarden",
@@ -130,15 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(env_policies=[p for p in (env_policy or "").split(":") if p])
     _add_server_flags(serve, default_port=8080)
-    # Only `serve`: `demo` runs its upstream in the gateway's own process, so it stays one
-    # process and never reads CITEWARDEN_WORKERS.
-    serve.add_argument(
-        "--workers",
-        type=_workers,
-        default=_env("WORKERS", "1"),
-        help="proxy worker processes sharing the port, e.g. one per core "
-        "(env CITEWARDEN_WORKERS; default 1: a single process)",
-    )
+    _add_upstream_flags(serve)
+    # Removed (one process per container): still parsed, so that a value other than 1 is a
+    # clear error rather than "unrecognized arguments"; 1 (what older charts set) is accepted.
+    serve.add_argument("--workers", default=_env("WORKERS"), help=argparse.SUPPRESS)
 
     demo = sub.add_parser("demo", help="the gateway in front of the embedded demo upstream")
     demo.add_argument("--policy", action="append", default=None)
@@ -216,6 +234,9 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         case "serve":
             from gateway.server import serve_from_args
 
+            if args.workers is not None and args.workers.strip() != "1":
+                print(f"citewarden serve: {WORKERS_REMOVED}", file=sys.stderr)
+                return 2
             if not args.upstream:
                 print(
                     "citewarden serve: --upstream (or CITEWARDEN_UPSTREAM) is required",
@@ -228,6 +249,17 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
                 parse_base_url(args.upstream)
             except ValueError as e:
                 print(f"citewarden serve: --upstream: {e}", file=sys.stderr)
+                return 2
+            from gateway.upstream_tls import UpstreamNetwork
+
+            try:
+                UpstreamNetwork.from_env(
+                    ca_file=args.upstream_ca_file,
+                    client_cert=args.upstream_client_cert,
+                    client_key=args.upstream_client_key,
+                ).check(args.upstream)
+            except ValueError as e:
+                print(f"citewarden serve: {e}", file=sys.stderr)
                 return 2
             policies = args.policy or args.env_policies
             if not policies:

@@ -15,9 +15,14 @@ per connection, and spends most of its CPU per request in the client it uses. ai
 * bodies are decoded (`gateway.decoding`) and bounded by `limit` decoded bytes while they arrive;
   a consumer that falls behind pauses reading from the socket;
 * HEAD, 1xx, 204 and 304 responses carry no body; a body without length or chunking ends at EOF;
-* a pooled connection the upstream closed is discarded; an idempotent request that finds its
-  reused connection closed before any byte of the answer is retried once on a new connection
-  (RFC 9112 §9.3.1); POST never is.
+* a pooled connection the upstream closed is discarded; a request that finds its reused
+  connection closed before any byte of the answer is retried once on a fresh connection, POST
+  included (DESIGN §11: the upstream closed an idle connection as the request went out); a
+  fresh connection that fails, or any answer byte, is never retried;
+* a forward proxy (`gateway.upstream_tls.UpstreamNetwork.proxy_for`): a CONNECT tunnel for an
+  https upstream, TLS inside it; absolute-form requests with `Proxy-Authorization` for http;
+* an upstream that answers in HTTP/2 (its SETTINGS frame, a `PRI` preface, an `HTTP/2` status
+  line, or ALPN) fails with "upstream speaks HTTP/2 only"; TLS failures say "TLS" and their class.
 
 Every failure reaches the caller as a `gateway.errors` error, raised where it is detected.
 """
@@ -25,12 +30,14 @@ Every failure reaches the caller as a `gateway.errors` error, raised where it is
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 from collections import deque
 from typing import cast
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
 import httptools
+import structlog
 
 from gateway.decoding import DECODABLE, Decoder, make_decoder
 from gateway.errors import (
@@ -41,14 +48,15 @@ from gateway.errors import (
     UpstreamTooLarge,
     map_exception,
 )
+from gateway.upstream_tls import HTTP2_ONLY, ProxyURL, UpstreamNetwork, tls_failure
 
 Headers = list[tuple[str, str]]
 
-IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 _PAUSE_AT = 256 * 1024  # buffered body bytes at which reading from the socket pauses
 _IDLE_SECONDS = 15.0  # a pooled connection unused this long is closed rather than reused
 _NO_BODY_STATUS = frozenset({204, 304})
 _MAX_HEAD = 64 * 1024  # bytes of header names and values in one response head
+_log = structlog.get_logger("citewarden")
 
 
 def _describe(exc: BaseException) -> str:
@@ -58,10 +66,12 @@ def _describe(exc: BaseException) -> str:
 
 def parse_base_url(base_url: str) -> tuple[bool, str, int, str, str]:
     """(tls, host, port, host header, path prefix) of an upstream base URL; ValueError if it
-    is not one the client can use."""
+    is not one the client can use. Its query string is `base_query`'s."""
     parts = urlsplit(base_url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"must be http://host[:port][/prefix] or https://…, not {base_url!r}")
+    if parts.fragment or base_url.endswith("#"):
+        raise ValueError("a #fragment has no meaning in an upstream URL")
     if parts.username is not None or parts.password is not None:
         raise ValueError("credentials in the URL are not supported; the client's own "
                          "authorization headers are forwarded")
@@ -71,6 +81,33 @@ def parse_base_url(base_url: str) -> tuple[bool, str, int, str, str]:
         raise ValueError(f"bad port in {base_url!r}") from e
     tls = parts.scheme == "https"
     return tls, parts.hostname, port or (443 if tls else 80), parts.netloc, parts.path.rstrip("/")
+
+
+def base_query(base_url: str) -> list[tuple[str, str]]:
+    """The parameters of an upstream base URL's query string (`?api-version=…`, Azure
+    OpenAI), as (decoded name, `name=value` as written); see `add_base_query`."""
+    query = urlsplit(base_url).query
+    return [(unquote_plus(p.partition("=")[0]), p) for p in query.split("&") if p]
+
+
+def add_base_query(path_qs: str, base: list[tuple[str, str]]) -> str:
+    """`path_qs` with each base parameter it does not carry (by decoded name) appended, as
+    the base URL wrote it; the client's own parameters stay first and byte for byte."""
+    path, _, query = path_qs.partition("?")
+    have = {unquote_plus(p.partition("=")[0]) for p in query.split("&") if p}
+    extra = [raw for name, raw in base if name not in have]
+    if not extra:
+        return path_qs
+    return f"{path}?{query}&{'&'.join(extra)}" if query else f"{path}?{'&'.join(extra)}"
+
+
+def _looks_http2(data: bytes) -> bool:
+    """The first bytes of an answer are HTTP/2: a connection preface, an `HTTP/2` status line
+    (never valid HTTP/1.1), or a frame header where `HTTP/` must be — an h2 server's first
+    frame is SETTINGS (type 4) on stream 0, its length's first byte 0."""
+    if data.startswith((b"PRI * HTTP/2", b"HTTP/2")):
+        return True
+    return len(data) >= 9 and data[0] == 0 and data[3] in (4, 7) and data[5:9] == b"\0\0\0\0"
 
 
 class Connection(asyncio.Protocol):
@@ -128,6 +165,10 @@ class Connection(asyncio.Protocol):
             self.close()  # bytes nobody asked for: the connection cannot be trusted
             return
         self._last_read = self.loop.time()
+        if not self.received_any and not self.status and _looks_http2(data):
+            self.received_any = True
+            self._fail(ProtocolError(HTTP2_ONLY))
+            return
         self.received_any = True
         try:
             self._parser.feed_data(data)
@@ -157,9 +198,16 @@ class Connection(asyncio.Protocol):
             self._complete()  # the body ran to EOF, as its headers said it would
             return
         where = "before the response" if not self.status else "mid-body: the answer was cut short"
-        err = UpstreamConnectError(
-            f"upstream closed the connection {where}" + (f": {_describe(exc)}" if exc else "")
-        )
+        if isinstance(exc, ssl.SSLError):
+            # After a TLS 1.3 handshake the server still judges the client certificate: its
+            # refusal arrives as an alert in place of the answer.
+            message, h2 = tls_failure(exc)
+            err: GatewayError = ProtocolError(message) if h2 else UpstreamConnectError(message)
+            self._pool.log_failure(err)
+        else:
+            err = UpstreamConnectError(
+                f"upstream closed the connection {where}" + (f": {_describe(exc)}" if exc else "")
+            )
         err.__cause__ = exc
         self._fail(err)
 
@@ -414,8 +462,22 @@ class Pool:
         connect: float,
         read: float,
         total: float,
+        network: UpstreamNetwork | None = None,
     ) -> None:
         self.tls, self.host, self.port, self.host_header, self.prefix = parse_base_url(base_url)
+        self.query = base_query(base_url)
+        self.network = network or UpstreamNetwork()
+        self.proxy: ProxyURL | None = self.network.proxy_for(
+            "https" if self.tls else "http", self.host, self.port)
+        # What goes between the method and the client's path on the request line, and a field
+        # line of the pool's own: through a proxy, an http request is in absolute form and
+        # carries the proxy's credentials; an https one goes inside a CONNECT tunnel, as is.
+        self.target = self.prefix
+        self.own_fields = ""
+        if self.proxy is not None and not self.tls:
+            self.target = f"http://{self.host_header}{self.prefix}"
+            if self.proxy.authorization:
+                self.own_fields = f"proxy-authorization: {self.proxy.authorization}\r\n"
         self.size = size
         self.limit = limit
         self.timeouts_connect = connect
@@ -435,11 +497,17 @@ class Pool:
         self._open = 0
         self._waiters = deque()
 
-    async def acquire(self, deadline: float) -> Connection:
+    async def acquire(self, deadline: float, *, fresh: bool = False) -> Connection:
+        """A connection: an idle one if there is one (unless `fresh`), else a new one."""
         loop = asyncio.get_running_loop()
         if loop is not self.loop:
             self._bind(loop)
         idle = self._idle
+        if fresh:  # the idle ones are as old as the one that just failed
+            while idle:
+                old = idle.pop()
+                old.close()
+                self._drop(old)
         while idle:
             conn = idle.pop()
             if not conn.closed and loop.time() - conn.idle_since < _IDLE_SECONDS:
@@ -460,7 +528,10 @@ class Pool:
                         f"{self.timeouts_total} s") from None
                 raise
             if got is not None:
-                return got
+                if not fresh:
+                    return got
+                got.close()  # a pooled connection handed over: its slot is the new one's
+
             # a slot was freed for us: `_open` already counts it
         else:
             self._open += 1
@@ -471,23 +542,124 @@ class Pool:
             self._wake_one()
             raise
 
+    def log_failure(self, err: GatewayError) -> None:
+        """One log line for a connection that could not be set up (refused, TLS, proxy): the
+        audit line of the exchange has the error's kind, this one its class and the route."""
+        _log.warning("upstream_connection_failed", error=str(err), kind=err.kind,
+                     upstream=f"{self.host}:{self.port}",
+                     proxy=str(self.proxy) if self.proxy is not None else None)
+
     async def _connect(self, loop: asyncio.AbstractEventLoop, deadline: float) -> Connection:
+        try:
+            return await self._connect_once(loop, deadline)
+        except GatewayError as e:
+            self.log_failure(e)
+            raise
+
+    async def _connect_once(self, loop: asyncio.AbstractEventLoop, deadline: float
+                            ) -> Connection:
         if self.tls and self._ssl is None:
             # Built per pool, so SSL_CERT_FILE / SSL_CERT_DIR set for the process are honoured.
-            self._ssl = ssl.create_default_context()
+            try:
+                self._ssl = self.network.ssl_context()
+            except (OSError, ValueError) as e:  # a file gone since start-up
+                raise UpstreamConnectError(
+                    f"upstream TLS failure: TLS settings unusable ({type(e).__name__})") from e
         timeout = min(self.timeouts_connect, deadline - loop.time())
+        proxy = self.proxy
+        via = f" through proxy {proxy}" if proxy is not None else ""
         try:
             async with asyncio.timeout(timeout):
-                _, conn = await loop.create_connection(
-                    lambda: Connection(self, loop), self.host, self.port,
-                    ssl=self._ssl if self.tls else None,
-                    server_hostname=self.host if self.tls else None,
-                )
+                if proxy is None or not self.tls:
+                    _, conn = await loop.create_connection(
+                        lambda: Connection(self, loop),
+                        self.host if proxy is None else proxy.host,
+                        self.port if proxy is None else proxy.port,
+                        ssl=self._ssl if self.tls else None,
+                        server_hostname=self.host if self.tls else None,
+                    )
+                else:
+                    sock = await self._tunnel(loop, proxy)
+                    try:
+                        _, conn = await loop.create_connection(
+                            lambda: Connection(self, loop), sock=sock, ssl=self._ssl,
+                            server_hostname=self.host)
+                    except BaseException:
+                        sock.close()
+                        raise
         except TimeoutError:
-            raise UpstreamTimeout(f"upstream connect timed out after {timeout:.3g} s") from None
-        except OSError as e:  # refused, unreachable, DNS (gaierror), TLS (SSLError)
-            raise UpstreamConnectError(f"upstream unreachable: {_describe(e)}") from e
+            raise UpstreamTimeout(
+                f"upstream connect timed out after {timeout:.3g} s{via}") from None
+        except ssl.SSLError as e:
+            message, h2 = tls_failure(e)
+            raise (ProtocolError(message) if h2 else UpstreamConnectError(message)) from e
+        except OSError as e:  # refused, unreachable, DNS (gaierror)
+            raise UpstreamConnectError(f"upstream unreachable{via}: {_describe(e)}") from e
+        if self.tls and conn._transport is not None:
+            tls_object = conn._transport.get_extra_info("ssl_object")
+            if tls_object is not None and tls_object.selected_alpn_protocol() == "h2":
+                conn.close()
+                raise ProtocolError(f"{HTTP2_ONLY}: ALPN chose h2")
         return conn
+
+    async def _tunnel(self, loop: asyncio.AbstractEventLoop, proxy: ProxyURL) -> socket.socket:
+        """A socket connected to the proxy, tunnelled by CONNECT to the upstream's host and
+        port; TLS to the upstream starts on it next."""
+        last: OSError | None = None
+        for family, kind, proto, _, addr in await loop.getaddrinfo(
+                proxy.host, proxy.port, type=socket.SOCK_STREAM):
+            sock = socket.socket(family, kind, proto)
+            sock.setblocking(False)
+            try:
+                await loop.sock_connect(sock, addr)
+            except BaseException as e:
+                sock.close()
+                if not isinstance(e, OSError):
+                    raise
+                last = e
+                continue
+            break
+        else:
+            err = UpstreamConnectError(
+                f"proxy {proxy} unreachable" + (f": {_describe(last)}" if last else ""))
+            raise err from last
+        try:
+            host = f"[{self.host}]" if ":" in self.host else self.host
+            authority = f"{host}:{self.port}"
+            auth = (f"proxy-authorization: {proxy.authorization}\r\n"
+                    if proxy.authorization else "")
+            await loop.sock_sendall(sock, (
+                f"CONNECT {authority} HTTP/1.1\r\nhost: {authority}\r\n{auth}\r\n"
+            ).encode("latin-1"))
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                if len(answer) > _MAX_HEAD:
+                    raise ProtocolError(f"proxy {proxy} answered CONNECT with an oversize head")
+                data = await loop.sock_recv(sock, 65536)
+                if not data:
+                    raise UpstreamConnectError(
+                        f"proxy {proxy} closed the connection before answering CONNECT")
+                answer += data
+            head, _, rest = answer.partition(b"\r\n\r\n")
+            line = head.split(b"\r\n", 1)[0].split()
+            status = int(line[1]) if len(line) >= 2 and line[1].isdigit() else 0
+            if not line or not line[0].startswith(b"HTTP/1.") or not 100 <= status <= 599:
+                raise ProtocolError(f"proxy {proxy} answered CONNECT with a malformed head")
+            if status == 407:
+                raise UpstreamConnectError(
+                    f"proxy {proxy} refused the tunnel to {authority}: "
+                    + ("its credentials were rejected (407)" if proxy.authorization
+                       else "it requires authentication (407); put user:password in the "
+                            "proxy URL"))
+            if not 200 <= status < 300:
+                raise UpstreamConnectError(
+                    f"proxy {proxy} refused the tunnel to {authority} (status {status})")
+            if rest:  # the upstream speaks only after the client's TLS hello
+                raise ProtocolError(f"proxy {proxy} sent bytes after its CONNECT answer")
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
     def release(self, conn: Connection, reusable: bool) -> None:
         if conn.generation != self.generation or conn.closed or not reusable:

@@ -4,15 +4,11 @@ makes to feed them. Label children are bound once per route so a request costs a
 The `route` label is always a policy route name or one of the fixed values below, never a raw
 path; as a last guard, more than `max_routes` distinct routes fold into `ROUTE_OVERFLOW`.
 Counters and histograms also expose prometheus_client's standard `_created` series.
-
-With `serve --workers N` (N > 1) every worker process writes its values to prometheus_client's
-multiprocess files and the supervisor exposes their sum (`SupervisorMetrics`) on the admin port.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
@@ -29,9 +25,6 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.exposition import choose_encoder
-from prometheus_client.metrics_core import Metric
-from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
-from prometheus_client.registry import Collector
 
 from .types import Decision, Report
 
@@ -259,15 +252,11 @@ class Metrics:
             buckets=REQUEST_BUCKETS,
             registry=r,
         )
-        # The multiprocess modes only apply with --workers > 1 (a no-op otherwise): in-flight
-        # is the sum over the live workers, and a policy version is active while any live worker
-        # runs it.
         self.inflight_requests = Gauge(
             "citewarden_inflight_requests",
             "Requests being handled.",
             ["route"],
             registry=r,
-            multiprocess_mode="livesum",
         )
         self.upstream_tokens = Counter(
             "citewarden_upstream_tokens",
@@ -298,7 +287,6 @@ class Metrics:
             "Active policies (value 1), by name and version.",
             ["name", "version"],
             registry=r,
-            multiprocess_mode="livemax",
         )
         # The judge pass (DESIGN §10).
         self.judge_calls = Counter(
@@ -331,7 +319,6 @@ class Metrics:
             "1 while the judge endpoint's circuit breaker is open (or half-open), else 0.",
             ["route"],
             registry=r,
-            multiprocess_mode="livemax",
         )
         self.judge_tokens = Counter(
             "citewarden_judge_tokens",
@@ -339,8 +326,6 @@ class Metrics:
             ["route", "kind"],
             registry=r,
         )
-        # prometheus_client cannot remove a series from its multiprocess files (and warns).
-        self._multiprocess = "PROMETHEUS_MULTIPROC_DIR" in os.environ
         self._routes: dict[str, _RouteMetrics] = {}
         self._policies: set[tuple[str, str]] = set()
 
@@ -469,11 +454,7 @@ class Metrics:
         """Make `policies` (name, version) the active set: 1 for each, old versions removed."""
         current = set(policies)
         for name, version in self._policies - current:
-            if self._multiprocess:
-                # Retired as 0, which SupervisorMetrics leaves out of the exposition.
-                self.policy_info.labels(name, version).set(0)
-            else:
-                self.policy_info.remove(name, version)
+            self.policy_info.remove(name, version)
         for name, version in current:
             self.policy_info.labels(name, version).set(1)
         self._policies = current
@@ -490,62 +471,3 @@ def _render(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str
         return generate_latest(registry), CONTENT_TYPE_LATEST
     encoder, content_type = choose_encoder(accept)
     return encoder(registry), content_type
-
-
-class _ActivePolicies(Collector):
-    """Wraps the multiprocess collector and drops `citewarden_policy_info` series at 0: the
-    versions workers retired on reload (multiprocess files cannot forget a series)."""
-
-    def __init__(self, inner: MultiProcessCollector) -> None:
-        self._inner = inner
-
-    def collect(self) -> Iterator[Metric]:
-        for family in self._inner.collect():  # type: ignore[no-untyped-call]
-            if family.name == "citewarden_policy_info":
-                family.samples = [s for s in family.samples if s.value != 0]
-            yield family
-
-
-class SupervisorMetrics:
-    """The admin `/metrics` of `serve --workers N`: every worker's collectors read from the
-    multiprocess directory `path` (counters and histograms summed over all workers that ever
-    ran, so they never go backwards when one is replaced; in-flight summed over live workers;
-    policy info per live version), plus the supervisor's own view of its workers.
-
-    The supervisor is not in multiprocess mode itself (PROMETHEUS_MULTIPROC_DIR is set only in
-    the workers' environment), so these worker gauges are ordinary in-memory values.
-    """
-
-    def __init__(self, path: str, configured: int) -> None:
-        self.path = path
-        self.registry = CollectorRegistry()
-        collector = MultiProcessCollector(None, path=path)  # type: ignore[no-untyped-call]
-        self.registry.register(_ActivePolicies(collector))
-        self.workers_configured = Gauge(
-            "citewarden_workers_configured",
-            "Worker processes the supervisor keeps running (--workers).",
-            registry=self.registry,
-        )
-        self.workers_configured.set(configured)
-        self.workers_ready = Gauge(
-            "citewarden_workers_ready",
-            "Worker processes started and serving the proxy port.",
-            registry=self.registry,
-        )
-        self.worker_exits = Counter(
-            "citewarden_worker_exits",
-            "Worker processes that exited while not asked to stop.",
-            registry=self.registry,
-        )
-
-    def set_ready(self, count: int) -> None:
-        self.workers_ready.set(count)
-
-    def worker_gone(self, pid: int, *, unexpected: bool) -> None:
-        """A worker exited: its live gauges (in-flight, policy info) leave the sums."""
-        mark_process_dead(pid, self.path)  # type: ignore[no-untyped-call]
-        if unexpected:
-            self.worker_exits.inc()
-
-    def render(self, accept: str | None = None) -> tuple[bytes, str]:
-        return _render(self.registry, accept)

@@ -2,8 +2,8 @@
 
 One event loop carries both servers (and, for `citewarden demo`, the demo upstream). SIGTERM
 and SIGINT stop accepting, let in-flight requests and streams finish within the grace period,
-then exit 0. With `serve --workers N` (N > 1) `gateway.supervisor` takes over after the policy
-check, and each of its workers runs `run()` here on the shared proxy socket, without admin.
+then exit 0. One process per container: scale-out is replicas (DESIGN §9; docs/operations.md
+"One process per container").
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from gateway.limits import (
 from gateway.metrics import Metrics
 from gateway.policy import PolicyStore
 from gateway.upstream import Limits, Timeouts, Upstream
+from gateway.upstream_tls import UpstreamNetwork
 
 DEMO_POLICIES = [
     Path(__file__).parent / "demo" / "policy-strict.yaml",  # header-matched routes first
@@ -59,12 +60,17 @@ class Settings:
     shutdown_grace: float = 20.0
     reload_interval: float = 2.0
     log_level: str = "info"
-    workers: int = 1
     # Limits against slow and huge clients (DESIGN §7; gateway/limits.py). 0 connections: none.
     max_head_bytes: int = MAX_HEAD_BYTES
     head_timeout: float = HEAD_TIMEOUT
     keep_alive_timeout: float = KEEP_ALIVE_TIMEOUT
     limit_concurrency: int = LIMIT_CONCURRENCY
+    # How upstream connections are made (DESIGN §11; gateway/upstream_tls.py): a CA bundle that
+    # replaces the default trust, and a client certificate and key (mTLS). Proxies come from
+    # the environment.
+    upstream_ca_file: str | None = None
+    upstream_client_cert: str | None = None
+    upstream_client_key: str | None = None
     extra_servers: list[uvicorn.Server] = field(default_factory=list)
     # Listening sockets bound before start-up (a busy port is one line, not a traceback),
     # by the port their server is configured with.
@@ -152,6 +158,7 @@ def build(settings: Settings) -> tuple[ProxyApp, object, PolicyStore, Metrics]:
             total=settings.total_timeout,
         ),
         Limits(max_response_bytes=settings.max_response_bytes),
+        upstream_network(settings),
     )
     proxy = ProxyApp(
         store,
@@ -163,35 +170,33 @@ def build(settings: Settings) -> tuple[ProxyApp, object, PolicyStore, Metrics]:
     return proxy, admin, store, metrics
 
 
-async def run(
-    settings: Settings,
-    ready: asyncio.Event | None = None,
-    *,
-    proxy_socket: socket.socket | None = None,
-    serve_admin: bool = True,
-) -> None:
-    """Serve until SIGTERM / SIGINT, then drain and return.
+def upstream_network(settings: Settings) -> UpstreamNetwork:
+    """The TLS files of `settings` and the proxy variables of the environment."""
+    return UpstreamNetwork.from_env(
+        ca_file=settings.upstream_ca_file,
+        client_cert=settings.upstream_client_cert,
+        client_key=settings.upstream_client_key,
+    )
 
-    A worker of `serve --workers N` passes the proxy socket its supervisor bound and leaves the
-    admin port to the supervisor; otherwise the proxy binds host:port itself.
-    """
+
+async def run(settings: Settings, ready: asyncio.Event | None = None) -> None:
+    """Serve until SIGTERM / SIGINT, then drain and return."""
     log = structlog.get_logger("citewarden")
     proxy, admin, store, metrics = build(settings)
     proxy_server = _Server(proxy_config(proxy, settings, metrics))
-    servers: list[uvicorn.Server] = [proxy_server]
-    if serve_admin:
-        servers.append(
-            _Server(
-                _uvicorn_config(
-                    admin,
-                    settings.host,
-                    settings.admin_port,
-                    settings.shutdown_grace,
-                    settings.log_level,
-                    settings,
-                )
+    servers: list[uvicorn.Server] = [
+        proxy_server,
+        _Server(
+            _uvicorn_config(
+                admin,
+                settings.host,
+                settings.admin_port,
+                settings.shutdown_grace,
+                settings.log_level,
+                settings,
             )
-        )
+        ),
+    ]
     servers.extend(settings.extra_servers)
 
     def on_reload(outcome: str, error: PolicyError | None) -> None:
@@ -226,15 +231,14 @@ async def run(
     log.info(
         "started",
         proxy=f"{settings.host}:{settings.port}",
-        admin=f"{settings.host}:{settings.admin_port}" if serve_admin else None,
+        admin=f"{settings.host}:{settings.admin_port}",
         upstream=settings.upstream,
+        upstream_proxy=proxy.upstream.proxy,
         policies=[p.label for p in store.current.policies],
         shadow=[p.label for p in store.current.policies if p.policy.mode == "shadow"],
         loop=type(loop).__module__.split(".")[0],  # "uvloop", or "asyncio" without it
     )
     def sockets_for(s: uvicorn.Server) -> list[socket.socket] | None:
-        if s is proxy_server and proxy_socket:
-            return [proxy_socket]
         bound = settings.sockets.get(s.config.port)
         return [bound] if bound is not None else None
 
@@ -303,11 +307,13 @@ def settings_from_args(
         shutdown_grace=args.shutdown_grace,
         reload_interval=args.reload_interval,
         log_level=args.log_level,
-        workers=getattr(args, "workers", 1),  # `demo` has no --workers: always one process
         max_head_bytes=args.max_head_bytes,
         head_timeout=args.head_timeout,
         keep_alive_timeout=args.keep_alive_timeout,
         limit_concurrency=args.limit_concurrency,
+        upstream_ca_file=getattr(args, "upstream_ca_file", None),
+        upstream_client_cert=getattr(args, "upstream_client_cert", None),
+        upstream_client_key=getattr(args, "upstream_client_key", None),
     )
 
 
@@ -337,17 +343,10 @@ def serve_from_args(args: argparse.Namespace, policies: Sequence[str], *, demo: 
     settings = settings_from_args(args, upstream, policies)
     settings.extra_servers = extra
     try:
-        build_check = PolicyStore(
-            settings.policies
-        )  # fail fast with file:line before binding ports
+        PolicyStore(settings.policies)  # fail fast with file:line before binding ports
     except PolicyError as e:
         print(f"citewarden: invalid policy: {e}", file=sys.stderr)
         return 2
-    if settings.workers > 1:
-        from gateway.supervisor import supervise
-
-        return supervise(settings, build_check)
-    del build_check
     failure = _bind_all(settings, extra[0] if demo else None)
     if failure is not None:
         print(f"citewarden: {failure}", file=sys.stderr)

@@ -5,11 +5,16 @@ chosen by measurement over aiohttp and httpx (docs/benchmarks.md, "client choice
 Callers see only `gateway.errors`, raised where each failure is detected:
 
     connect, read and total timeouts                             -> UpstreamTimeout       504
-    refused, DNS, TLS, reset or closed (before the response,
-      or mid-body: the answer was cut short)                      -> UpstreamConnectError  502
+    refused, DNS, TLS ("upstream TLS failure: <class>"), a proxy
+      that refused its tunnel, reset or closed (before the
+      response, or mid-body: the answer was cut short)            -> UpstreamConnectError  502
     a body that arrived but does not decode (content-encoding
-      errors), or a malformed HTTP response                       -> ProtocolError         502
+      errors), a malformed HTTP response, an HTTP/2-only upstream -> ProtocolError         502
     more than `Limits.max_response_bytes` of decoded body         -> UpstreamTooLarge      502
+
+Connections follow `gateway.upstream_tls.UpstreamNetwork` (proxy variables, CA bundle, client
+certificate; by default the proxy variables of the process's environment). A query string in
+the base URL (`?api-version=…`) is added to every request that does not carry its parameters.
 
 Bodies are decoded (gzip, deflate, and br / zstd when their decoders are installed) before the
 caller sees them; `Accept-Encoding` asks the upstream for exactly those. Redirects are never
@@ -27,7 +32,8 @@ from dataclasses import dataclass
 
 from gateway.decoding import ACCEPT_ENCODING, DECODABLE
 from gateway.errors import InputError, UpstreamConnectError
-from gateway.http1 import IDEMPOTENT, Connection, Headers, Pool
+from gateway.http1 import Connection, Headers, Pool, add_base_query
+from gateway.upstream_tls import UpstreamNetwork
 
 __all__ = [
     "ACCEPT_ENCODING",
@@ -224,7 +230,11 @@ class Upstream:
     """The gateway's client to its one upstream: a keep-alive pool, bound to the running loop."""
 
     def __init__(
-        self, base_url: str, timeouts: Timeouts | None = None, limits: Limits | None = None
+        self,
+        base_url: str,
+        timeouts: Timeouts | None = None,
+        limits: Limits | None = None,
+        network: UpstreamNetwork | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeouts = t = timeouts or Timeouts()
@@ -236,15 +246,20 @@ class Upstream:
             connect=t.connect,
             read=t.read,
             total=t.total,
+            network=network if network is not None else UpstreamNetwork.from_env(),
         )
-        self._host = f"\r\nhost: {self._pool.host_header}\r\n"
+        self._host = f"\r\nhost: {self._pool.host_header}\r\n{self._pool.own_fields}"
 
     def _encode(self, method: str, path_qs: str, headers: Headers, body: bytes) -> bytes:
         """The request as it goes on the wire: the client's path and query byte for byte."""
-        parts = [method, " ", self._pool.prefix, path_qs, " HTTP/1.1", self._host]
+        pool = self._pool
+        if pool.query:
+            path_qs = add_base_query(path_qs, pool.query)
+        parts = [method, " ", pool.target, path_qs, " HTTP/1.1", self._host]
         for name, value in headers:
             parts += (name, ": ", value, "\r\n")
-        lines = len(headers) + 3  # request line, host, the fields, the empty line
+        # request line, host, the pool's own fields, the client's, the empty line
+        lines = len(headers) + 3 + (1 if pool.own_fields else 0)
         if body or method not in _BODILESS_METHODS:
             parts += ("content-length: ", str(len(body)), "\r\n")
             lines += 1
@@ -261,9 +276,10 @@ class Upstream:
         """A connection whose exchange has its final response head in."""
         request = self._encode(method, path_qs, headers, body)
         deadline = asyncio.get_running_loop().time() + self.timeouts.total
-        retry = method in IDEMPOTENT
+        retry = True
+        fresh = False
         while True:
-            conn = await self._pool.acquire(deadline)
+            conn = await self._pool.acquire(deadline, fresh=fresh)
             reused = conn.used
             try:
                 await conn.start(request, deadline, method == "HEAD")
@@ -272,7 +288,10 @@ class Upstream:
                 if retry and reused and not conn.received_any and isinstance(
                     e, UpstreamConnectError
                 ):
-                    retry = False  # a keep-alive connection the upstream had just closed
+                    # A keep-alive connection the upstream closed as the request went out
+                    # (DESIGN §11): once more, on a connection opened for it.
+                    retry = False
+                    fresh = True
                     continue
                 raise
             return conn
@@ -305,6 +324,11 @@ class Upstream:
             yield UpstreamStream(conn)
         finally:
             conn.finish()
+
+    @property
+    def proxy(self) -> str | None:
+        """The forward proxy connections go through (host and port, never credentials)."""
+        return str(self._pool.proxy) if self._pool.proxy is not None else None
 
     async def aclose(self) -> None:
         """Close the idle connections; busy ones close as their exchanges end."""

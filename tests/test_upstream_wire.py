@@ -370,12 +370,13 @@ async def test_a_stale_pooled_connection_is_replaced_for_get_and_post(wire, clie
 
 
 @pytest.mark.parametrize(("method", "retried"), [("GET", True), ("DELETE", True),
-                                                 ("POST", False)])
-async def test_a_reused_connection_closed_under_a_request_is_retried_if_idempotent(
+                                                 ("POST", True)])
+async def test_a_reused_connection_closed_under_a_request_is_retried(
     wire, clients, method, retried
 ):
     """The keep-alive race made deterministic: the upstream keeps the connection after the
-    first answer, then closes it on reading the second request without a byte of answer."""
+    first answer, then closes it on reading the second request without a byte of answer.
+    POST too (DESIGN §11); tests/test_upstream_retry.py has the cases that are never retried."""
 
     async def hang_up(req: Req, writer: asyncio.StreamWriter) -> bool:
         return False
@@ -602,9 +603,9 @@ async def test_bad_chunk_after_the_headers_is_protocol_error_not_a_hang(wire, cl
 
 
 # How many connections one call opens when every one is closed straight after the request
-# arrives: one. Only a *reused* connection that closes before any byte of the answer earns an
-# idempotent request a second attempt (a keep-alive race, see the next test); a fresh
-# connection that fails says the upstream is failing, and is not hammered twice.
+# arrives: one. Only a *reused* connection that closes before any byte of the answer earns a
+# request a second attempt (a keep-alive race, see above); a fresh connection that fails says
+# the upstream is failing, and is not hammered twice.
 ATTEMPTS = {"GET": 1, "POST": 1}
 
 

@@ -120,6 +120,9 @@ Shared by the standalone Deployment and the sidecar.
 */}}
 {{- define "citewarden.container" -}}
 {{- $v := .values -}}
+{{- if and (hasKey $v "workers") (ne (int $v.workers) 1) }}
+{{- fail "workers was removed: the gateway runs one process per container; scale out with replicaCount or autoscaling.enabled (docs/operations.md \"One process per container\")" }}
+{{- end -}}
 {{- $grace := int $v.shutdownGraceSeconds -}}
 {{- $sleep := int $v.preStopSleepSeconds -}}
 {{- $mount := $v.policyOptions.mountPath -}}
@@ -147,8 +150,12 @@ env:
     value: {{ $v.ports.admin | quote }}
   - name: CITEWARDEN_SHUTDOWN_GRACE
     value: {{ $grace | quote }}
-  - name: CITEWARDEN_WORKERS
-    value: {{ $v.workers | default 1 | quote }}
+  {{- range $key, $env := dict "caFile" "CITEWARDEN_UPSTREAM_CA_FILE" "clientCert" "CITEWARDEN_UPSTREAM_CLIENT_CERT" "clientKey" "CITEWARDEN_UPSTREAM_CLIENT_KEY" }}
+  {{- with index ($v.upstream | default dict) $key }}
+  - name: {{ $env }}
+    value: {{ . | quote }}
+  {{- end }}
+  {{- end }}
   {{- with $v.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -202,6 +209,23 @@ volumeMounts:
     readOnly: true
   - name: citewarden-tmp
     mountPath: /tmp
+  {{- include "citewarden.checkExtraMounts" . }}
+  {{- with $v.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end }}
+
+{{/* Every extraVolumeMounts entry names a volume of extraVolumes (or a built-in one). */}}
+{{- define "citewarden.checkExtraMounts" -}}
+{{- $names := list "citewarden-policies" "citewarden-tmp" -}}
+{{- range .values.extraVolumes }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- range .values.extraVolumeMounts }}
+{{- if not (has .name $names) }}
+{{- fail (printf "extraVolumeMounts: %q mounts a volume that extraVolumes does not define" .name) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* Volumes the gateway container mounts, from (dict "root" . "values" .Values). */}}
@@ -213,6 +237,9 @@ volumeMounts:
   emptyDir:
     medium: Memory
     sizeLimit: {{ .values.tmpSizeLimit }}
+{{- with .values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/* Refuse grace settings that would let the kubelet SIGKILL a pod mid-drain. */}}
