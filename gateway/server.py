@@ -27,6 +27,7 @@ from gateway import audit
 from gateway.admin import create_admin_app
 from gateway.app import ProxyApp
 from gateway.errors import PolicyError
+from gateway.judge import client as judge_client
 from gateway.limits import (
     HEAD_TIMEOUT,
     KEEP_ALIVE_TIMEOUT,
@@ -150,6 +151,8 @@ def build(settings: Settings) -> tuple[ProxyApp, object, PolicyStore, Metrics]:
     metrics = Metrics()
     store = PolicyStore(settings.policies)
     metrics.set_policies([(p.policy.name, p.version) for p in store.current.policies])
+    network = upstream_network(settings)
+    judge_client.use_network(network)  # the judge pass connects as the upstream client does
     upstream = Upstream(
         settings.upstream,
         Timeouts(
@@ -158,7 +161,7 @@ def build(settings: Settings) -> tuple[ProxyApp, object, PolicyStore, Metrics]:
             total=settings.total_timeout,
         ),
         Limits(max_response_bytes=settings.max_response_bytes),
-        upstream_network(settings),
+        network,
     )
     proxy = ProxyApp(
         store,

@@ -26,8 +26,9 @@ from gateway.errors import ProtocolError, UpstreamConnectError, UpstreamError, U
 from gateway.judge.cache import VerdictCache
 from gateway.judge.circuit import Circuit
 from gateway.upstream import Limits, Timeouts, Upstream
+from gateway.upstream_tls import UpstreamNetwork
 
-__all__ = ["JudgeClient", "JudgeError", "UpstreamFactory", "client_for"]
+__all__ = ["JudgeClient", "JudgeError", "UpstreamFactory", "client_for", "use_network"]
 
 UpstreamFactory = Callable[[str, Timeouts, Limits], Upstream]
 
@@ -55,8 +56,19 @@ class CallRecord:
     usage: dict[str, int] = field(default_factory=dict)
 
 
+# The proxy and TLS settings of DESIGN §11, shared with the upstream client: `serve` sets
+# them once at start-up (`use_network`); None (tests, `eval` without them) means direct.
+_NETWORK: UpstreamNetwork | None = None
+
+
+def use_network(network: UpstreamNetwork | None) -> None:
+    """Judge connections from now on go through `network` (proxy variables, CA, client cert)."""
+    global _NETWORK
+    _NETWORK = network
+
+
 def _default_upstream(url: str, timeouts: Timeouts, limits: Limits) -> Upstream:
-    return Upstream(url, timeouts, limits)
+    return Upstream(url, timeouts, limits, _NETWORK)
 
 
 def _retry_after(headers: Any) -> float | None:
