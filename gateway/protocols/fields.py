@@ -359,7 +359,10 @@ class Positional(Rule):
     def walk(self, value: object, path: Path, key: Key, log: FieldLog, level: str) -> object:
         kept = self.items.walk(value, path, key, log, level)
         if type(value) is list and type(kept) is list and len(kept) != len(value):
-            log.dropped.append((level, (*path, key)))
+            here = (*path, key)
+            # Unknown fields found inside are gone with the list: nothing left to drop.
+            log.unknown[:] = [(lv, p) for lv, p in log.unknown if p[: len(here)] != here]
+            log.dropped.append((level, here))
             return _MISSING
         return kept
 
