@@ -703,3 +703,47 @@ def test_mistral_stream_block(stack: Any) -> None:
     result, raw = _call(stack, "progblock", Stream(frames), MISTRAL_CHAT, stream=True)
     assert isinstance(result, openai.APIError) and "hallucinated_citation" in result.message
     assert b"[DONE]" not in raw
+
+
+# == the shipped example policy ===================================================================
+
+
+def test_the_shipped_perplexity_policy_serves_a_sonar_client() -> None:
+    """policies/perplexity.yaml as shipped: an SDK whose base URL was api.perplexity.ai posts
+    to /chat/completions; [N] markers verify against the search results, a sentence citing a
+    result that does not exist is stripped, titles and snippets never reach the client."""
+    policy = Path(__file__).resolve().parent.parent / "policies" / "perplexity.yaml"
+    upstream = FakeUpstream()
+    content = PPLX_GOOD + " It was built on Mars [4]."
+    upstream.on("sonar", Json(_pplx(content)))
+    upstream.on("sonar-stream", Stream(_frames(
+        [{"content": p} for p in _pieces(content)],
+        every={"citations": CITATIONS, "search_results": SEARCH_RESULTS},
+    )))
+    with serve(upstream) as upstream_url, run_gateway(upstream_url, [policy]) as gw:
+        for key in ("sonar", "sonar-stream"):
+            tee = _Tee()
+            with httpx.Client(transport=tee) as http:
+                client = openai.OpenAI(
+                    base_url=gw.url, api_key="pplx-test", max_retries=0, http_client=http
+                )
+                if key == "sonar":
+                    result = client.chat.completions.create(
+                        model="sonar", messages=PPLX_CHAT,  # type: ignore[arg-type]
+                        extra_headers={SCENARIO_HEADER: key},
+                    )
+                    text = result.choices[0].message.content or ""
+                    assert _top(result, "citations") == CITATIONS
+                else:
+                    chunks = list(client.chat.completions.create(
+                        model="sonar", messages=PPLX_CHAT,  # type: ignore[arg-type]
+                        stream=True, extra_headers={SCENARIO_HEADER: key},
+                    ))
+                    text = _streamed_text(chunks)
+            assert text.startswith(PPLX_GOOD) and text != PPLX_GOOD  # + the disclosure
+            assert "Mars" not in text
+            assert b"x-citewarden-decision: partial" in tee.seen
+            _clean(bytes(tee.seen))
+            for r in SEARCH_RESULTS:
+                assert str(r["snippet"]).encode() not in tee.seen
+        assert [r.path for r in upstream.requests] == ["/chat/completions"] * 2
