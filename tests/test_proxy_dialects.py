@@ -224,10 +224,11 @@ def _body(message: dict[str, Any], **top: Any) -> dict[str, Any]:
 
 def _frames(
     deltas: list[dict[str, Any]], *, first: dict[str, Any] | None = None,
-    every: dict[str, Any] | None = None,
+    every: dict[str, Any] | None = None, last: dict[str, Any] | None = None,
 ) -> bytes:
     """A chat.completion.chunk stream of `deltas` (after the role frame); `first` is merged
-    into the first frame's top level, `every` into every frame's."""
+    into the first frame's top level, `every` into every other frame's, `last` into the
+    finishing frame's."""
     head = {
         "id": "chatcmpl-d", "object": "chat.completion.chunk", "created": 1_700_000_000,
         "model": "dialect-model",
@@ -244,6 +245,8 @@ def _frames(
     end = {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
     if every:
         end.update(every)
+    if last:
+        end.update(last)
     out.append(sse_frame(end))
     out.append(sse_frame("[DONE]"))
     return b"".join(out)
@@ -541,6 +544,22 @@ def test_perplexity_stream_lists_resent_accumulated(stack: Any) -> None:
     )
     result, raw = _call(stack, "num", Stream(frames), PPLX_CHAT, stream=True)
     assert _streamed_text(result) == PPLX_GOOD
+    _clean(raw)
+
+
+@pytest.mark.parametrize("variant", ["num", "numprog"])
+def test_perplexity_stream_lists_sent_last(stack: Any, variant: str) -> None:
+    """Results that arrive with the last frame: a buffered stream checks its claims again
+    against them; a progressive one has released nothing it could not verify in time."""
+    frames = _frames(
+        [{"content": p} for p in _pieces(PPLX_GOOD)],
+        last={"citations": CITATIONS, "search_results": SEARCH_RESULTS},
+    )
+    result, raw = _call(stack, variant, Stream(frames), PPLX_CHAT, stream=True)
+    if variant == "num":
+        assert _streamed_text(result) == PPLX_GOOD
+    else:
+        assert "Orbit" not in _streamed_text(result)
     _clean(raw)
 
 

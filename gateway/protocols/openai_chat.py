@@ -707,6 +707,7 @@ class OpenAIStreamParser:
         # Perplexity's top-level lists, as first sent (a frame may re-send them accumulated).
         self._search: Json = {}
         self._ctx: ContextSet | None = None
+        self.context_grew_late = False
 
     def bind_context(self, ctx: ContextSet, spec: object) -> None:
         """Perplexity search results that arrive in the stream join `ctx` as they come (on
@@ -754,7 +755,13 @@ class OpenAIStreamParser:
                 self._dropped.append(("frame", (key,)))
                 continue
             if self._ctx is not None:
+                before = dict(self._ctx.chunks)
                 self._ctx.extend(search_chunks(self._search))
+                st = self._choices.get(0)
+                if self._ctx.chunks != before and st is not None and st.content_length():
+                    # Claims checked before this context arrived are checked again at the end
+                    # (buffer mode; in progressive mode they have been decided already).
+                    self.context_grew_late = True
 
     @property
     def done(self) -> bool:
