@@ -669,6 +669,22 @@ def test_mistral_partial_keeps_a_valid_chunk_structure(stack: Any) -> None:
     _clean(raw)
 
 
+def test_mistral_partial_with_verified_thinking_between_chunks(stack: Any) -> None:
+    """A failing thinking chunk in the middle of the list goes, and only it: the chunks that
+    are kept are not mistaken for it after the list was rebuilt."""
+    thinking = {"type": "thinking", "thinking": [_text(BAD)]}
+    content = [
+        _text("The Orbit pump moves 40 litres per minute"), _ref(0), thinking,
+        _text(". It was designed on Mars"), _ref(5), _text("."),
+    ]
+    result, raw = _call(stack, "vstrip", Json(_body({"content": content})), MISTRAL_CHAT)
+    chunks = result.choices[0].message.content
+    assert [c["type"] for c in chunks][:3] == ["text", "reference", "text"]
+    assert chunks[0] == _text("The Orbit pump moves 40 litres per minute") and chunks[1] == _ref(0)
+    assert all(c["type"] != "thinking" for c in chunks)
+    assert b"Mars" not in raw
+
+
 def _mistral_deltas(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mistral-style deltas: each delta's content is a list holding one chunk (text cut)."""
     deltas: list[dict[str, Any]] = []

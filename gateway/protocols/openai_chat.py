@@ -1239,9 +1239,10 @@ class OpenAIChat:
         kept, failed = split_claims(claims, outcome)
         all_failed = [c for cs in failed.values() for c in cs]
         drop_tools: dict[int, set[int]] = {}
-        # Reasoning entries of a list (reasoning_details, thinking chunks), removed at the end
-        # so that the paths of the others still hold meanwhile.
-        drop_entries: list[tuple[int, str, int]] = []
+        # Reasoning entries of a list (reasoning_details, thinking chunks), as the answer
+        # holds them: removed by value at the end, since the lists of the rendered body may
+        # have changed (withheld entries removed, content chunks rebuilt).
+        drop_entries: list[tuple[int, str, object]] = []
         for idx, channel in enumerate(answer.channels):
             lost = idx in failed or (all_failed and leaks(channel, all_failed))
             if not lost:
@@ -1268,15 +1269,16 @@ class OpenAIChat:
                 else:
                     msg.pop("function_call", None)
             elif channel.kind == "reasoning" and len(path) > 4 and isinstance(path[4], int):
-                drop_entries.append((channel.choice, str(path[3]), path[4]))
+                source = answer.body["choices"][channel.choice]["message"]  # type: ignore[index]
+                drop_entries.append((channel.choice, str(path[3]), source[path[3]][path[4]]))
             elif channel.kind == "reasoning":
                 msg.pop(str(path[-1]), None)
-        for ci, key, at in sorted(drop_entries, reverse=True):
+        for ci, key, entry in drop_entries:
             msg = body["choices"][ci]["message"]
             entries = msg.get(key)
-            if isinstance(entries, list) and at < len(entries):
-                del entries[at]
-                if key == "reasoning_details" and not entries:
+            if isinstance(entries, list):
+                msg[key] = [e for e in entries if e != entry]
+                if key == "reasoning_details" and not msg[key]:
                     msg.pop(key)
         for ci, gone in drop_tools.items():
             msg = body["choices"][ci]["message"]
