@@ -782,3 +782,36 @@ def test_the_shipped_perplexity_policy_serves_a_sonar_client() -> None:
             for r in SEARCH_RESULTS:
                 assert str(r["snippet"]).encode() not in tee.seen
         assert [r.path for r in upstream.requests] == ["/chat/completions"] * 2
+
+
+PLANTED_CHUNKS: dict[str, list[dict[str, Any]]] = {
+    "text-extra": [{**MISTRAL_GOOD[0], "x_note": PLANT}, *MISTRAL_GOOD[1:]],
+    "reference-extra": [MISTRAL_GOOD[0], {**MISTRAL_GOOD[1], "title": PLANT}, *MISTRAL_GOOD[2:]],
+    "thinking-part-extra": [
+        {"type": "thinking", "thinking": [{"type": "text", "text": "ok", "title": PLANT}]},
+        *MISTRAL_GOOD,
+    ],
+    "thinking-part-type": [
+        {"type": "thinking", "thinking": [{"type": "tool_reference", "title": PLANT}]},
+        *MISTRAL_GOOD,
+    ],
+    "unknown-chunk": [*MISTRAL_GOOD, {"type": "document_url", "document_name": PLANT}],
+    "reference-ids": [MISTRAL_GOOD[0], {"type": "reference", "reference_ids": [PLANT]}],
+}
+
+
+@pytest.mark.parametrize("plant", sorted(PLANTED_CHUNKS))
+@pytest.mark.parametrize("variant", ["buf", "pass", "strip", "prog"])
+def test_mistral_planted_fields_never_leak(stack: Any, plant: str, variant: str) -> None:
+    content = PLANTED_CHUNKS[plant]
+    frames = _frames(_mistral_deltas(content) if "thinking-part" not in plant
+                     else [{"content": [c]} for c in content])
+    for behaviour, stream in ((Json(_body({"content": content})), False), (Stream(frames), True)):
+        result, raw = _call(stack, variant, behaviour, MISTRAL_CHAT, stream=stream)
+        _clean(raw)
+        # Decided, not failed: an answer, or the block of a claim whose reference was dropped
+        # (`strip` answers without it instead).
+        if plant == "reference-ids" and variant in ("buf", "pass"):
+            assert isinstance(result, openai.APIError), result
+        else:
+            assert not isinstance(result, openai.APIError), result
