@@ -632,6 +632,14 @@ def build_context(
             from gateway.protocols.gemini import context as gemini
 
             gemini.response_context(response, ctx)
+        elif source == "response" and response is not None:
+            # An adapter whose answers carry their own retrieval results (Perplexity's
+            # search_results on openai-chat) reads them with its `response_context` hook.
+            from gateway.protocols import ADAPTERS
+
+            hook = getattr(ADAPTERS.get(protocol), "response_context", None)
+            if hook is not None:
+                hook(response, ctx)
         elif source == "header" and headers is not None:
             ctx.extend(header_chunks(headers))
     return ctx

@@ -389,6 +389,12 @@ class StreamVerifier:
         reports = [self._verify(seg) for seg in self.segmenter.finish()]
         answer = self.parser.finish()
         answer.dropped.extend([("sse", ("line",))] * self.sse_undefined)
+        if getattr(self.parser, "context_grew_late", False) and (
+            self.pipeline.policy.streaming.mode == "buffer"
+        ):
+            # Context arrived in the stream after claims were checked (search results sent
+            # with the last frame): nothing went out yet, so the judge checks every claim again.
+            self.known.clear()
         return reports, answer
 
     def _verify(self, seg: Segment) -> ClaimReport:

@@ -32,6 +32,7 @@ __all__ = [
     "Obj",
     "Opaque",
     "Path",
+    "Positional",
     "Rule",
     "Text",
     "allowed",
@@ -345,6 +346,25 @@ class Items(Rule):
             if kept is not _MISSING:
                 out.append(kept)
         return value if out is None else out
+
+
+@dataclass(frozen=True, slots=True)
+class Positional(Rule):
+    """A list whose positions mean something (Perplexity's `search_results`, cited as `[N]`):
+    like `Items`, except that when an element would be removed the whole list is dropped,
+    so that no element ever moves to another position."""
+
+    items: Items
+
+    def walk(self, value: object, path: Path, key: Key, log: FieldLog, level: str) -> object:
+        kept = self.items.walk(value, path, key, log, level)
+        if type(value) is list and type(kept) is list and len(kept) != len(value):
+            here = (*path, key)
+            # Unknown fields found inside are gone with the list: nothing left to drop.
+            log.unknown[:] = [(lv, p) for lv, p in log.unknown if p[: len(here)] != here]
+            log.dropped.append((level, here))
+            return _MISSING
+        return kept
 
 
 @dataclass(frozen=True, slots=True)

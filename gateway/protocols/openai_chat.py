@@ -3,6 +3,13 @@
 Channels per choice: content, refusal, tool call / legacy function call arguments,
 reasoning_content / reasoning, audio transcript. Annotations and logprobs are carried along
 and rewritten or dropped with the text they describe.
+
+OpenAI-compatible dialects (docs/protocols.md, "OpenAI-compatible dialects"): OpenRouter
+`reasoning_details[]` (text-bearing entries are the reasoning channel, encrypted ones opaque),
+Perplexity top-level `citations[]` / `search_results[]` (response-side context for `[N]`
+markers: `response_context`), Mistral `message.content` as a list of chunks (`text` chunks are
+the content channel, `reference` chunks native citations of the text before them, `thinking`
+chunks reasoning).
 """
 
 from __future__ import annotations
@@ -34,9 +41,13 @@ from gateway.protocols.fields import (
     ByType,
     FieldLog,
     Items,
+    Key,
     Meta,
     Obj,
     Opaque,
+    Path,
+    Positional,
+    Rule,
     Text,
     clean,
     is_enum,
@@ -53,7 +64,17 @@ from gateway.protocols.fields import (
 from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
 from gateway.protocols.slot import StringSlot, learn_slot
 from gateway.sse import SSEEvent
-from gateway.types import Answer, Channel, Claim, ContextSet, Decision, Outcome, Report
+from gateway.types import (
+    Answer,
+    Channel,
+    Chunk,
+    Citation,
+    Claim,
+    ContextSet,
+    Decision,
+    Outcome,
+    Report,
+)
 
 __all__ = ["OpenAIChat", "OpenAIStreamParser"]
 
@@ -118,6 +139,134 @@ _TOOL_CALL = Obj(
     vital=frozenset({"type", "function", "custom"}),
     nullable=False,
 )
+# OpenRouter `reasoning_details[]`: readable entries are the reasoning channel; an encrypted
+# entry is opaque (kept when its data has the shape of a blob, like a thinking signature).
+_DETAIL_HEAD: dict[str, Rule] = {
+    "id": _NULL_TOKEN,
+    "format": _NULL_TOKEN,
+    "index": _INT,
+}
+_REASONING_DETAIL = ByType(
+    "reasoning_detail",
+    {
+        "reasoning.text": Obj(
+            "reasoning_detail",
+            {
+                **_DETAIL_HEAD,
+                "type": Meta(is_enum("reasoning.text")),
+                "text": Text("reasoning", strings_only=True),
+                "signature": Meta(nullable(is_opaque)),
+            },
+            nullable=False,
+        ),
+        "reasoning.summary": Obj(
+            "reasoning_detail",
+            {
+                **_DETAIL_HEAD,
+                "type": Meta(is_enum("reasoning.summary")),
+                "summary": Text("reasoning", strings_only=True),
+            },
+            nullable=False,
+        ),
+        "reasoning.encrypted": Obj(
+            "reasoning_detail",
+            {**_DETAIL_HEAD, "type": Meta(is_enum("reasoning.encrypted")), "data": Meta(is_opaque)},
+            required=frozenset({"data"}),
+            nullable=False,
+        ),
+    },
+)
+_DETAIL_TEXT = {"reasoning.text": "text", "reasoning.summary": "summary"}
+
+
+def _reference_ids(v: object) -> bool:
+    """Mistral `reference_ids`: a non-empty list of small non-negative ints (or id tokens)."""
+    return (
+        type(v) is list
+        and 0 < len(v) <= 64
+        and all((type(x) is int and 0 <= x < 10**9) or is_token(x) for x in v)
+    )
+
+
+# Mistral content chunks: `message.content` may be a list of these instead of a string.
+_THINKING_PART = ByType(
+    "content_chunk",
+    {
+        "text": Obj(
+            "content_chunk",
+            {"type": Meta(is_enum("text")), "text": Text("reasoning", strings_only=True)},
+            required=frozenset({"text"}),
+            nullable=False,
+        )
+    },
+)
+_CONTENT_CHUNK = ByType(
+    "content_chunk",
+    {
+        "text": Obj(
+            "content_chunk",
+            {"type": Meta(is_enum("text")), "text": Text("content", strings_only=True)},
+            required=frozenset({"text"}),
+            nullable=False,
+        ),
+        "reference": Obj(
+            "content_chunk",
+            {"type": Meta(is_enum("reference")), "reference_ids": Meta(_reference_ids)},
+            required=frozenset({"reference_ids"}),
+            nullable=False,
+        ),
+        "thinking": Obj(
+            "content_chunk",
+            {
+                "type": Meta(is_enum("thinking")),
+                "thinking": Items(_THINKING_PART),
+                "closed": Meta(lambda v: type(v) is bool),
+            },
+            required=frozenset({"thinking"}),
+            nullable=False,
+        ),
+    },
+)
+_CONTENT_CHUNKS = Items(_CONTENT_CHUNK)
+
+
+class _Content(Rule):
+    """`message.content`: a string (or null), or a list of Mistral content chunks."""
+
+    __slots__ = ()
+
+    def walk(self, value: object, path: Path, key: Key, log: FieldLog, level: str) -> object:
+        if type(value) is list:
+            return _CONTENT_CHUNKS.walk(value, path, key, log, level)
+        return value
+
+
+def _is_date(v: object) -> bool:
+    return type(v) is str and _DATE.fullmatch(v) is not None
+
+
+_DATE = re.compile(
+    r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
+)
+
+# Perplexity: `citations` is a list of URLs, `search_results` the results behind them, in the
+# same order (`[N]` cites the N-th). Their positions matter: a list with a bad entry is dropped
+# whole. URLs and dates are metadata; titles and snippets are not verified text, so they are
+# unknown fields (dropped unless `channels.allow_fields` names them).
+_CITATION_URLS = Meta(lambda v: type(v) is list and len(v) <= 1024 and all(is_url(x) for x in v))
+_SEARCH_RESULTS = Positional(
+    Items(
+        Obj(
+            "search_result",
+            {
+                "url": Meta(is_url),
+                "date": Meta(nullable(_is_date)),
+                "last_updated": Meta(nullable(_is_date)),
+            },
+            nullable=False,
+        )
+    )
+)
 _AUDIO = Obj(
     "audio",
     {"id": _TOKEN, "data": Meta(is_opaque), "expires_at": _INT, "transcript": Text("transcript")},
@@ -127,10 +276,11 @@ _MESSAGE_TABLE = Obj(
     "message",
     {
         "role": Meta(is_enum("assistant"), fallback="assistant"),
-        "content": Text("content"),
+        "content": _Content(),
         "refusal": Text("refusal"),
         "reasoning_content": Text("reasoning", strings_only=True),
         "reasoning": Text("reasoning", strings_only=True),
+        "reasoning_details": Items(_REASONING_DETAIL),
         "tool_calls": Items(_TOOL_CALL),
         "function_call": Obj(
             "tool_call", {"name": _TOKEN, "arguments": Text("tool_arguments")},
@@ -164,6 +314,8 @@ BODY_TABLE = Obj(
         "usage": _USAGE,
         "system_fingerprint": _NULL_TOKEN,
         "service_tier": _NULL_TOKEN,
+        "citations": _CITATION_URLS,
+        "search_results": _SEARCH_RESULTS,
     },
     nullable=False,
 )
@@ -209,6 +361,8 @@ FRAME_TABLE = Obj(
         "service_tier": _NULL_TOKEN,
         "obfuscation": Meta(is_opaque),
         "usage": _CARRIED,
+        "citations": _CARRIED,
+        "search_results": _CARRIED,
         "choices": Items(
             Obj(
                 "choice",
@@ -232,9 +386,12 @@ _MESSAGE_KEYS = frozenset(
         "audio",
         "reasoning_content",
         "reasoning",
+        "reasoning_details",
     }
 )
 _REASONING_KEYS = ("reasoning_content", "reasoning")
+# Top-level lists a Perplexity answer carries (context for `[N]` markers).
+_SEARCH_KEYS = ("citations", "search_results")
 
 Json = dict[str, Any]
 
@@ -292,12 +449,29 @@ def parse_body(body: Mapping[str, object]) -> Answer:
             if text is not None:
                 answer.channels.append(Channel(kind=kind, path=path, text=text, choice=ci))
 
-        add("content", (*mpath, "content"), _text_or_none(msg.get("content"), "content"))
+        content = msg.get("content")
+        if isinstance(content, list):
+            text, native = _chunks_text(content)
+            answer.channels.append(
+                Channel(kind="content", path=(*mpath, "content"), text=text, choice=ci,
+                        native=native)
+            )
+        else:
+            add("content", (*mpath, "content"), _text_or_none(content, "content"))
         add("refusal", (*mpath, "refusal"), _text_or_none(msg.get("refusal"), "refusal"))
         for key in _REASONING_KEYS:
             value = msg.get(key)
             if isinstance(value, str):
                 add("reasoning", (*mpath, key), value)
+        details = msg.get("reasoning_details")
+        for di, entry in enumerate(details if isinstance(details, list) else []):
+            kind = entry.get("type") if isinstance(entry, dict) else None
+            field_name = _DETAIL_TEXT.get(kind) if isinstance(kind, str) else None
+            if field_name is not None and isinstance(entry.get(field_name), str):
+                add("reasoning", (*mpath, "reasoning_details", di, field_name), entry[field_name])
+        for k, chunk in enumerate(content if isinstance(content, list) else []):
+            if chunk.get("type") == "thinking":
+                add("reasoning", (*mpath, "content", k), _thinking_text(chunk))
         tool_calls = msg.get("tool_calls")
         if isinstance(tool_calls, list):
             for ti, call in enumerate(tool_calls):
@@ -329,6 +503,124 @@ def parse_body(body: Mapping[str, object]) -> Answer:
     return answer
 
 
+# -- Mistral content chunks ------------------------------------------------------------------
+
+
+def _anchor(text: str, at: int) -> int:
+    """Where a reference at offset `at` of `text` is attached: its last non-space character
+    before `at` (the text before it), or -1 when nothing but whitespace precedes it."""
+    i = at - 1
+    while i >= 0 and text[i].isspace():
+        i -= 1
+    return i
+
+
+def _reference_citations(chunk: Mapping[str, object]) -> list[Citation]:
+    ids = chunk.get("reference_ids")
+    return [
+        Citation(id=str(r), raw=f"reference:{r}") for r in (ids if isinstance(ids, list) else [])
+    ]
+
+
+def _native_span(
+    anchor: int, citations: Sequence[Citation]
+) -> list[tuple[int, int, Citation]]:
+    start, end = (anchor, anchor + 1) if anchor >= 0 else (0, 0)
+    return [(start, end, c) for c in citations]
+
+
+def _chunks_text(chunks: Sequence[object]) -> tuple[str, tuple[tuple[int, int, Citation], ...]]:
+    """The content text of a list of content chunks (its `text` chunks joined in order), and
+    each `reference` chunk's citations, spanning the last character of the text before it."""
+    parts: list[str] = []
+    length = 0
+    native: list[tuple[int, int, Citation]] = []
+    for chunk in chunks:
+        if not isinstance(chunk, Mapping):
+            continue
+        kind = chunk.get("type")
+        if kind == "text" and isinstance(chunk.get("text"), str):
+            parts.append(chunk["text"])
+            length += len(chunk["text"])
+        elif kind == "reference":
+            text = "".join(parts)
+            native.extend(_native_span(_anchor(text, length), _reference_citations(chunk)))
+    return "".join(parts), tuple(native)
+
+
+def _thinking_text(chunk: Mapping[str, object]) -> str:
+    parts = chunk.get("thinking")
+    return "".join(
+        p["text"]
+        for p in (parts if isinstance(parts, list) else [])
+        if isinstance(p, Mapping) and isinstance(p.get("text"), str)
+    )
+
+
+def _rebuild_chunks(
+    chunks: Sequence[Any], text: str, mapping: Sequence[tuple[int, int, int]]
+) -> list[Any]:
+    """A partial answer's content chunks: `text` (the rebuilt content) as text chunks, with
+    each reference chunk after the kept text it was attached to; references of removed claims
+    are dropped. Other chunks (thinking) keep their order, ahead of the text."""
+    out: list[Any] = [c for c in chunks if c.get("type") not in ("text", "reference")]
+    refs: list[tuple[int, Any]] = []
+    seen: list[str] = []
+    for c in chunks:
+        if c.get("type") == "text":
+            seen.append(c["text"])
+        elif c.get("type") == "reference":
+            joined = "".join(seen)
+            refs.append((_anchor(joined, len(joined)), c))
+    cursor = 0
+
+    def emit_text(upto: int) -> None:
+        nonlocal cursor
+        if upto > cursor:
+            out.append({"type": "text", "text": text[cursor:upto]})
+            cursor = upto
+
+    if mapping and mapping[0][0] == 0:
+        out.extend(copy.deepcopy(c) for anchor, c in refs if anchor < 0)
+    for old_s, old_e, new_s in mapping:
+        for anchor, c in refs:
+            if old_s <= anchor < old_e:
+                emit_text(new_s + anchor + 1 - old_s)
+                out.append(copy.deepcopy(c))
+    emit_text(len(text))
+    return out
+
+
+# -- Perplexity search results ----------------------------------------------------------------
+
+
+def search_chunks(body: object) -> list[Chunk]:
+    """Context chunks of a Perplexity answer: the N-th search result (1-based) is chunk "N",
+    its `snippet` the text when it has one (else known by id only, like each of `citations[]`,
+    which are URLs). An entry that is not an object (or a citation that is not a URL) is no
+    chunk, so a marker citing it is hallucinated."""
+    if not isinstance(body, Mapping):
+        return []
+    out: list[Chunk] = []
+    results = body.get("search_results")
+    for pos, r in enumerate(results if isinstance(results, list) else [], start=1):
+        if not isinstance(r, Mapping):
+            continue
+        snippet, url = r.get("snippet"), r.get("url")
+        out.append(
+            Chunk(
+                id=str(pos),
+                text=snippet if isinstance(snippet, str) and snippet.strip() else None,
+                source=url if is_url(url) else None,
+            )
+        )
+    urls = body.get("citations")
+    for pos, url in enumerate(urls if isinstance(urls, list) else [], start=1):
+        if is_url(url):
+            out.append(Chunk(id=str(pos), source=url))
+    return out
+
+
 _HEAD_KEYS = ("id", "created", "model", "system_fingerprint", "service_tier")
 _TEXT_KEYS = frozenset({"content", "refusal", *_REASONING_KEYS})
 _CHOICE_CHUNK_KEYS = frozenset({"index", "delta", "finish_reason", "logprobs"})
@@ -346,7 +638,10 @@ def _channel_keys(i: int) -> dict[str, str]:
 class _ChoiceState:
     """One choice being assembled, with its channel keys built once."""
 
-    __slots__ = ("extra", "finish", "keys", "logprobs", "msg", "parts", "tools")
+    __slots__ = (
+        "chunks", "details", "extra", "finish", "keys", "logprobs", "msg", "parts", "seen",
+        "tools",
+    )
 
     def __init__(self, i: int) -> None:
         self.msg: Json = {}
@@ -356,6 +651,20 @@ class _ChoiceState:
         self.logprobs: dict[str, list[Any]] | None = None
         self.extra: Json = {}
         self.keys = _channel_keys(int(i))
+        # Mistral content chunks other than text, each at its offset in the content text;
+        # None while the content arrives as plain strings.
+        self.chunks: list[tuple[int, Json]] | None = None
+        self.seen = (0, 0)  # (content parts counted, their length): the offset, kept current
+        # OpenRouter reasoning_details, merged by their `index`.
+        self.details: list[Any] | None = None
+
+    def content_length(self) -> int:
+        parts = self.parts.get("content", [])
+        n, length = self.seen
+        if n != len(parts):
+            length += sum(len(p) for p in parts[n:])
+            self.seen = (len(parts), length)
+        return length
 
 
 def _content_only(chunk: object) -> tuple[int, str] | None:
@@ -395,6 +704,64 @@ class OpenAIStreamParser:
         self._slot: StringSlot | None = None
         self._slot_index = 0
         self._slot_tries = 4
+        # Perplexity's top-level lists, as first sent (a frame may re-send them accumulated).
+        self._search: Json = {}
+        self._ctx: ContextSet | None = None
+        self.context_grew_late = False
+
+    def bind_context(self, ctx: ContextSet, spec: object) -> None:
+        """Perplexity search results that arrive in the stream join `ctx` as they come (on
+        routes whose context comes from the response), before the claims that cite them."""
+        if "response" in getattr(spec, "from_", ()):
+            self._ctx = ctx
+
+    @property
+    def native_spans(self) -> _ChunkSpans:
+        return _ChunkSpans(self)
+
+    def primary_citations(self, start: int, end: int) -> tuple[Citation, ...]:
+        """Mistral reference chunks of choice 0 seen so far, as `_native_for` would give them
+        for the claim at [start, end) of the content text."""
+        st = self._choices.get(0)
+        if st is None or not st.chunks:
+            return ()
+        text = "".join(st.parts.get("content", []))
+        out: list[Citation] = []
+        for offset, chunk in st.chunks:
+            if chunk.get("type") != "reference":
+                continue
+            for s, e, c in _native_span(_anchor(text, offset), _reference_citations(chunk)):
+                if (s < end and e > start) or (s == e and start <= s <= end):
+                    out.append(c)
+        return tuple(out)
+
+    def _search_lists(self, chunk: Json) -> None:
+        """Keep a frame's `citations` / `search_results`: the first copy, or a later one that
+        extends it (re-sent accumulated); a copy that changes an entry is not relayed."""
+        for key in _SEARCH_KEYS:
+            if key not in chunk:
+                continue
+            value, have = chunk[key], self._search.get(key)
+            if have is None:
+                self._search[key] = value
+            elif value == have:
+                continue
+            elif (
+                isinstance(value, list) and isinstance(have, list)
+                and len(value) > len(have) and value[: len(have)] == have
+            ):
+                self._search[key] = value
+            else:
+                self._dropped.append(("frame", (key,)))
+                continue
+            if self._ctx is not None:
+                before = dict(self._ctx.chunks)
+                self._ctx.extend(search_chunks(self._search))
+                st = self._choices.get(0)
+                if self._ctx.chunks != before and st is not None and st.content_length():
+                    # Claims checked before this context arrived are checked again at the end
+                    # (buffer mode; in progressive mode they have been decided already).
+                    self.context_grew_late = True
 
     @property
     def done(self) -> bool:
@@ -462,6 +829,8 @@ class OpenAIStreamParser:
                 self._head_missing = tuple(k for k in _HEAD_KEYS if k not in self._head)
         if chunk.get("usage") is not None:
             self._usage = chunk["usage"]
+        if "citations" in chunk or "search_results" in chunk:
+            self._search_lists(chunk)
         choices = chunk.get("choices")
         if not isinstance(choices, list):
             raise ProtocolError("openai-chat: stream chunk has no choices list")
@@ -505,7 +874,11 @@ class OpenAIStreamParser:
         for key, value in delta.items():
             if value is None:
                 continue
-            if key in _TEXT_KEYS and isinstance(value, str):
+            if key == "content" and isinstance(value, list):
+                out.extend(self._content_chunks(st, keys, value))
+            elif key == "reasoning_details" and isinstance(value, list):
+                _merge_details(st, value)
+            elif key in _TEXT_KEYS and isinstance(value, str):
                 if key in parts:
                     parts[key].append(value)
                 else:
@@ -539,6 +912,40 @@ class OpenAIStreamParser:
                 st.msg.setdefault("annotations", []).extend(value)
             else:
                 st.msg[key] = value
+        return out
+
+    @staticmethod
+    def _content_chunks(
+        st: _ChoiceState, keys: Mapping[str, str], value: list[Any]
+    ) -> list[TextDelta]:
+        """A delta whose content is a list of Mistral chunks: text extends the content text;
+        references and thinking are recorded at their offset in it."""
+        out: list[TextDelta] = []
+        if st.chunks is None:
+            st.chunks = []
+        parts = st.parts.setdefault("content", [])
+        for chunk in value:
+            if not isinstance(chunk, dict):
+                raise ProtocolError("openai-chat: a content chunk is not an object")
+            kind = chunk.get("type")
+            if kind == "text" and isinstance(chunk.get("text"), str):
+                parts.append(chunk["text"])
+                if chunk["text"]:
+                    out.append((keys["content"], chunk["text"]))
+                continue
+            offset = st.content_length()
+            last = st.chunks[-1] if st.chunks else None
+            if (
+                kind == "thinking"
+                and last is not None
+                and last[0] == offset
+                and last[1].get("type") == "thinking"
+                and isinstance(last[1].get("thinking"), list)
+                and isinstance(chunk.get("thinking"), list)
+            ):
+                last[1]["thinking"].extend(chunk["thinking"])  # the same thinking, continued
+            else:
+                st.chunks.append((offset, copy.deepcopy(chunk)))
         return out
 
     def _tool_delta(self, st: _ChoiceState, i: int, tc: object) -> list[TextDelta]:
@@ -580,9 +987,13 @@ class OpenAIStreamParser:
                 # The opening role frame carries content ""; with nothing after it the
                 # non-streaming API would have sent null.
                 msg[key] = "".join(st.parts.get(key, [])) or None
+            if st.chunks is not None:
+                msg["content"] = _assembled_chunks("".join(st.parts.get("content", [])), st.chunks)
             for key in _REASONING_KEYS:
                 if key in st.parts:
                     msg[key] = "".join(st.parts[key])
+            if st.details is not None:
+                msg["reasoning_details"] = _joined_details(st.details)
             if st.tools:
                 msg["tool_calls"] = [_joined_call(st.tools[k]) for k in sorted(st.tools)]
             msg.update(st.msg)
@@ -600,12 +1011,82 @@ class OpenAIStreamParser:
             body["choices"].append(choice)
         if self._usage is not None:
             body["usage"] = self._usage
+        body.update(self._search)
         return body
 
     def finish(self) -> Answer:
         answer = parse_body(self.body())
         answer.dropped.extend(self._dropped)
         return answer
+
+
+class _ChunkSpans:
+    """Native citations of a stream's primary text (Mistral reference chunks), read from the
+    parser, which records them at their exact offsets as it is fed."""
+
+    def __init__(self, parser: OpenAIStreamParser) -> None:
+        self._parser = parser
+
+    def observe(self, event: SSEEvent, offset: int) -> None:
+        """The parser itself records reference chunks as it is fed."""
+
+    def overlapping(self, start: int, end: int, length: int) -> tuple[Citation, ...]:
+        return self._parser.primary_citations(start, end)
+
+
+_DETAIL_STRINGS = ("text", "summary", "data", "signature")
+
+
+def _merge_details(st: _ChoiceState, entries: list[Any]) -> None:
+    """OpenRouter streams reasoning_details in pieces: an entry with the `index` and `type` of
+    the last one continues it (its strings appended, joined in `body()`), any other is a new
+    entry. Strings are kept as lists of pieces meanwhile."""
+    details = st.details = st.details if st.details is not None else []
+    for e in entries:
+        if not isinstance(e, dict):
+            details.append(e)
+            continue
+        last = details[-1] if details else None
+        idx = e.get("index")
+        if not (
+            isinstance(last, dict) and type(idx) is int
+            and last.get("index") == idx and last.get("type") == e.get("type")
+        ):
+            details.append({k: _piece(k, v) for k, v in e.items()})
+            continue
+        for k, v in e.items():
+            have = last.get(k)
+            if k in _DETAIL_STRINGS and isinstance(v, str) and isinstance(have, list):
+                have.append(v)
+            elif have is None:
+                last[k] = _piece(k, v)
+
+
+def _piece(key: str, value: object) -> object:
+    """A streamed detail's value as kept while merging: strings of `_DETAIL_STRINGS` as a list
+    of pieces; any other value there is not a string, so it is not relayed (None)."""
+    if key not in _DETAIL_STRINGS:
+        return value
+    return [value] if isinstance(value, str) else None
+
+
+def _joined_details(details: list[Any]) -> list[Any]:
+    return [_joined(d, _DETAIL_STRINGS) if isinstance(d, dict) else d for d in details]
+
+
+def _assembled_chunks(text: str, chunks: Sequence[tuple[int, Json]]) -> list[Json]:
+    """A streamed Mistral content as the JSON API's list: the text cut at each recorded
+    chunk's offset into text chunks, the other chunks in between."""
+    out: list[Json] = []
+    pos = 0
+    for offset, chunk in chunks:
+        if offset > pos:
+            out.append({"type": "text", "text": text[pos:offset]})
+            pos = offset
+        out.append(chunk)
+    if pos < len(text):
+        out.append({"type": "text", "text": text[pos:]})
+    return out
 
 
 def _joined(parts: Json, keys: tuple[str, ...]) -> Json:
@@ -654,6 +1135,11 @@ class OpenAIChat:
     def parse(self, body: Mapping[str, object], route: Route) -> Answer:
         return parse_body(body)
 
+    def response_context(self, body: object, ctx: ContextSet) -> None:
+        """Context the response itself carries (`context.from: response`): Perplexity's
+        search results and citations, for numeric `[N]` markers (`search_chunks`)."""
+        ctx.extend(search_chunks(body))
+
     def stream_parser(self, route: Route) -> OpenAIStreamParser:
         return OpenAIStreamParser()
 
@@ -685,6 +1171,9 @@ class OpenAIChat:
             if ch.reasoning == "withhold":
                 for key in _REASONING_KEYS:
                     msg.pop(key, None)
+                _withhold_details(msg)
+                if isinstance(msg.get("content"), list):
+                    msg["content"] = [c for c in msg["content"] if c.get("type") != "thinking"]
             if ch.tool_calls == "withhold":
                 msg.pop("tool_calls", None)
                 msg.pop("function_call", None)
@@ -750,6 +1239,10 @@ class OpenAIChat:
         kept, failed = split_claims(claims, outcome)
         all_failed = [c for cs in failed.values() for c in cs]
         drop_tools: dict[int, set[int]] = {}
+        # Reasoning entries of a list (reasoning_details, thinking chunks), as the answer
+        # holds them: removed by value at the end, since the lists of the rendered body may
+        # have changed (withheld entries removed, content chunks rebuilt).
+        drop_entries: list[tuple[int, str, object]] = []
         for idx, channel in enumerate(answer.channels):
             lost = idx in failed or (all_failed and leaks(channel, all_failed))
             if not lost:
@@ -764,6 +1257,9 @@ class OpenAIChat:
                     if msg.get("content") is None:
                         msg["content"] = new
                     continue
+                if channel.kind == "content" and isinstance(msg.get("content"), list):
+                    msg["content"] = _rebuild_chunks(msg["content"], new, mapping)
+                    continue
                 _set_path(body, path, new)
                 if channel.kind == "content" and isinstance(msg.get("annotations"), list):
                     msg["annotations"] = _remap_annotations(msg["annotations"], mapping)
@@ -772,8 +1268,18 @@ class OpenAIChat:
                     drop_tools.setdefault(channel.choice, set()).add(int(path[4]))
                 else:
                     msg.pop("function_call", None)
+            elif channel.kind == "reasoning" and len(path) > 4 and isinstance(path[4], int):
+                source = answer.body["choices"][channel.choice]["message"]  # type: ignore[index]
+                drop_entries.append((channel.choice, str(path[3]), source[path[3]][path[4]]))
             elif channel.kind == "reasoning":
                 msg.pop(str(path[-1]), None)
+        for ci, key, entry in drop_entries:
+            msg = body["choices"][ci]["message"]
+            entries = msg.get(key)
+            if isinstance(entries, list):
+                msg[key] = [e for e in entries if e != entry]
+                if key == "reasoning_details" and not msg[key]:
+                    msg.pop(key)
         for ci, gone in drop_tools.items():
             msg = body["choices"][ci]["message"]
             calls = msg.get("tool_calls")
@@ -857,6 +1363,10 @@ class OpenAIChat:
                 if isinstance(msg.get(key), str) and msg[key]:
                     lp = choice.get("logprobs") if key == "content" else None
                     frame(i, {key: msg[key]}, logprobs=lp)
+                elif key == "content" and isinstance(msg.get(key), list) and msg[key]:
+                    frame(i, {key: msg[key]}, logprobs=choice.get("logprobs"))
+            if msg.get("reasoning_details"):
+                frame(i, {"reasoning_details": msg["reasoning_details"]})
             for ti, call in enumerate(msg.get("tool_calls") or []):
                 fn = call.get("function") or {}
                 frame(
@@ -887,12 +1397,31 @@ class OpenAIChat:
                 if k not in _MESSAGE_KEYS:
                     frame(i, {k: v})
             frame(i, {}, finish=choice.get("finish_reason") or "stop")
+        search = {k: body[k] for k in _SEARCH_KEYS if body.get(k) is not None}
+        if search:
+            chunk = {**head, "choices": [], **search}
+            if include_usage:
+                chunk["usage"] = None
+            events.append(SSEEvent(data=json.dumps(chunk, ensure_ascii=False)))
         if include_usage and body.get("usage") is not None:
             events.append(
                 SSEEvent(data=json.dumps({**head, "choices": [], "usage": body["usage"]}))
             )
         events.append(SSEEvent(data="[DONE]"))
         return events
+
+
+def _withhold_details(msg: Json) -> None:
+    """`channels.reasoning: withhold` over OpenRouter reasoning_details: readable entries go,
+    encrypted ones (opaque, needed to continue a conversation) stay."""
+    details = msg.get("reasoning_details")
+    if not isinstance(details, list):
+        return
+    kept = [d for d in details if isinstance(d, dict) and d.get("type") == "reasoning.encrypted"]
+    if kept:
+        msg["reasoning_details"] = kept
+    else:
+        msg.pop("reasoning_details")
 
 
 def _logprobs(lp: object, msg: Mapping[str, object], policy: Policy) -> object:

@@ -1,0 +1,235 @@
+"""The openai-chat adapter's OpenAI-compatible dialects, unit by unit (the proxy-level tests
+are in test_proxy_dialects.py): Perplexity search results as context, positional lists, Mistral
+chunk rebuilding, OpenRouter detail merging, and the captured fixtures through the real
+`citewarden verify` with numeric markers."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.context import build_context
+from gateway.policy import ContextSpec
+from gateway.protocols.base import rebuild_with_map
+from gateway.protocols.fields import FieldLog, Items, Meta, Obj, Positional, clean, is_url
+from gateway.protocols.openai_chat import (
+    OpenAIStreamParser,
+    _chunks_text,
+    _rebuild_chunks,
+    parse_body,
+    search_chunks,
+)
+from gateway.sse import SSEEvent
+from gateway.types import Chunk, Claim
+
+FIXTURES = Path(__file__).parent / "fixtures" / "openai_chat"
+
+
+def _body(message: dict[str, Any], **top: Any) -> dict[str, Any]:
+    return {
+        "id": "c", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", **message},
+                     "finish_reason": "stop"}],
+        **top,
+    }
+
+
+# -- Perplexity ------------------------------------------------------------------------------
+
+
+def test_search_chunks_number_results_from_one() -> None:
+    body = {
+        "search_results": [
+            {"url": "https://a.example/1", "snippet": "one", "title": "T"},
+            "not an object",
+            {"url": "javascript:alert(1)", "snippet": "  "},
+        ],
+        "citations": ["https://a.example/1", "https://b.example/2", 7, "ftp://x"],
+    }
+    chunks = search_chunks(body)
+    assert chunks[:2] == [
+        Chunk(id="1", text="one", source="https://a.example/1"),
+        Chunk(id="3", text=None, source=None),
+    ]
+    assert Chunk(id="2", source="https://b.example/2") in chunks
+    assert {c.id for c in chunks} == {"1", "2", "3"}
+
+
+def test_response_context_comes_only_with_from_response() -> None:
+    body = _body({"content": "x [1]"}, citations=["https://a.example/"])
+    with_response = build_context("openai-chat", ContextSpec(), response=body)
+    assert set(with_response.chunks) == {"1"}
+    without = build_context("openai-chat", ContextSpec(**{"from": ["request", "header"]}),
+                            response=body)
+    assert without.chunks == {}
+
+
+def test_positional_list_is_dropped_whole_with_its_unknown_fields() -> None:
+    table = Obj("top", {"xs": Positional(Items(Obj("x", {"url": Meta(is_url)},
+                                                     nullable=False)))})
+    log = FieldLog()
+    assert clean(table, {"xs": [{"url": "https://a.example/", "title": "t"}]}, log) == {
+        "xs": [{"url": "https://a.example/", "title": "t"}]
+    }
+    assert log.unknown == [("x", ("xs", 0, "title"))]
+    log = FieldLog()
+    assert clean(table, {"xs": [{"url": "https://a.example/", "title": "t"}, 3]}, log) == {}
+    assert log.unknown == []
+    assert ("top", ("xs",)) in log.dropped
+
+
+def test_search_result_fields_are_decided() -> None:
+    body = _body(
+        {"content": "hi"},
+        citations=["https://a.example/"],
+        search_results=[{"url": "https://a.example/", "date": "2025-01-02", "title": "T",
+                         "snippet": "S", "last_updated": "yesterday"}],
+    )
+    answer = parse_body(body)
+    assert sorted(answer.unknown_fields) == [
+        ("search_results", 0, "snippet"), ("search_results", 0, "title")
+    ]
+    assert ("search_result", ("search_results", 0, "last_updated")) in answer.dropped
+
+
+def _verify(policy: Path, response: str, request: str = "request.json") -> Any:
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "verify", "--policy", str(policy), "--protocol",
+         "openai-chat", "--request", str(FIXTURES / request), "--response",
+         str(FIXTURES / response), "--format", "json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode in (0, 1), result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("response", ["perplexity.json", "perplexity.sse"])
+def test_perplexity_fixture_verifies_with_numeric_markers(tmp_path: Path, response: str) -> None:
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "name: pplx\nroutes:\n  - name: chat\n    match: {path: /v1/chat/completions}\n"
+        "    protocol: openai-chat\ncitations: {format: numeric}\n"
+    )
+    report = _verify(policy, response)
+    assert report["decision"] == "released", report["claims"]
+    assert [c["citations"] for c in report["claims"]] == [["1"], ["2"]]
+    body = report["body"]
+    text = json.dumps(body) if isinstance(body, dict) else body
+    assert "HR handbook" not in text and "snippet" not in text
+    assert "https://hr.example/leave" in text
+    whole = _verify(policy, "perplexity.json")
+    assert report["context_fingerprint"] == whole["context_fingerprint"]
+
+
+# -- Mistral ---------------------------------------------------------------------------------
+
+
+def _t(x: str) -> dict[str, Any]:
+    return {"type": "text", "text": x}
+
+
+def _r(*ids: int) -> dict[str, Any]:
+    return {"type": "reference", "reference_ids": list(ids)}
+
+
+def test_references_span_the_last_character_before_them() -> None:
+    text, native = _chunks_text([_r(9), _t("Ab"), _r(1), _t("  "), _r(2), _t(" c."), _r(3)])
+    assert text == "Ab   c."
+    assert [(s, e, c.id) for s, e, c in native] == [
+        (0, 0, "9"), (1, 2, "1"), (1, 2, "2"), (6, 7, "3")
+    ]
+
+
+SENTENCES = ["Alpha is one.", "Beta is two.", "Gamma is three.", "Delta is four."]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    keep=st.lists(st.booleans(), min_size=4, max_size=4),
+    cuts=st.lists(st.integers(min_value=0, max_value=80), max_size=6),
+)
+def test_rebuilt_chunks_spell_the_rebuilt_text_and_keep_only_kept_references(
+    keep: list[bool], cuts: list[int]
+) -> None:
+    """However the upstream cut its text chunks, the partial chunk list spells exactly the
+    rebuilt text, and holds the references of the kept sentences only, each right after the
+    sentence it cites."""
+    chunks: list[dict[str, Any]] = []
+    claims = []
+    pos = 0
+    for i, s in enumerate(SENTENCES):
+        piece = s if i == 0 else " " + s
+        at = [c % (len(piece) + 1) for c in cuts]
+        bounds = sorted({0, len(piece), *at})
+        chunks += [_t(piece[a:b]) for a, b in itertools.pairwise(bounds) if b > a]
+        chunks.append(_r(i))
+        start = pos + (0 if i == 0 else 1)
+        claims.append(Claim(i, 0, s, start, start + len(s)))
+        pos += len(piece)
+    text, _ = _chunks_text(chunks)
+    kept = [c for c, k in zip(claims, keep, strict=True) if k]
+    new, mapping = rebuild_with_map(text, kept, "Some statements were removed.")
+    out = _rebuild_chunks(chunks, new, mapping)
+    assert "".join(c["text"] for c in out if c["type"] == "text") == new
+    refs = [c["reference_ids"][0] for c in out if c["type"] == "reference"]
+    assert refs == [i for i, k in enumerate(keep) if k]
+    for k, c in enumerate(out):
+        if c["type"] == "reference":
+            before = "".join(x["text"] for x in out[:k] if x["type"] == "text")
+            assert before.endswith(SENTENCES[c["reference_ids"][0]])
+
+
+def _feed(parser: OpenAIStreamParser, deltas: list[dict[str, Any]]) -> None:
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    for d in [{"role": "assistant", "content": ""}, *deltas]:
+        parser.feed(SSEEvent(data=json.dumps(
+            {**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]}
+        )))
+    parser.feed(SSEEvent(data=json.dumps(
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    )))
+    parser.feed(SSEEvent(data="[DONE]"))
+
+
+def test_stream_records_references_at_their_offsets_within_one_delta() -> None:
+    parser = OpenAIStreamParser()
+    content = [_t("A is 1"), _r(0), _t(". B is 2"), _r(1), _t(".")]
+    _feed(parser, [{"content": content}])
+    assert parser.body()["choices"][0]["message"]["content"] == content
+    assert [c.id for c in parser.primary_citations(0, 7)] == ["0"]
+    assert [c.id for c in parser.primary_citations(8, 15)] == ["1"]
+    answer = parser.finish()
+    assert answer.channels[0].native == parse_body(parser.body()).channels[0].native
+
+
+def test_stream_merges_thinking_pieces_and_reasoning_details() -> None:
+    parser = OpenAIStreamParser()
+    _feed(parser, [
+        {"content": [{"type": "thinking", "thinking": [_t("thin")]}]},
+        {"content": [{"type": "thinking", "thinking": [_t("king")]}]},
+        {"reasoning_details": [{"type": "reasoning.text", "text": "a", "index": 0}]},
+        {"reasoning_details": [{"type": "reasoning.text", "text": "b", "index": 0,
+                                "signature": "c2ln"}]},
+        {"reasoning_details": [{"type": "reasoning.text", "text": ["not a string"],
+                                "index": 1}]},
+        {"content": [_t("Done.")]},
+    ])
+    msg = parser.body()["choices"][0]["message"]
+    assert msg["content"] == [
+        {"type": "thinking", "thinking": [_t("thin"), _t("king")]}, _t("Done.")
+    ]
+    assert msg["reasoning_details"] == [
+        {"type": "reasoning.text", "text": "ab", "index": 0, "signature": "c2ln"},
+        {"type": "reasoning.text", "text": None, "index": 1},
+    ]
+    kinds = [(c.kind, c.path[3:], c.text) for c in parser.finish().channels]
+    assert ("reasoning", ("content", 0), "thinking") in kinds
+    assert ("reasoning", ("reasoning_details", 0, "text"), "ab") in kinds
