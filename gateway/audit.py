@@ -217,7 +217,7 @@ class _Stamp:
 
 
 # PIPE_BUF on Linux: a write to a pipe of at most this many bytes is never interleaved with
-# another process's (several workers share the container's stdout).
+# another process's (a container's stdout may be shared, e.g. with a log shipper's wrapper).
 _ATOMIC_WRITE = 4096
 
 
@@ -228,7 +228,7 @@ class _LineWriter:
     Inside a running event loop the lines of one loop iteration are written together when it
     ends (a few write system calls per iteration instead of one per request); outside a loop
     every line is written at once. Writes go out in batches of whole lines of at most
-    `_ATOMIC_WRITE` bytes, so lines from several worker processes sharing a pipe never mix
+    `_ATOMIC_WRITE` bytes, so lines from several processes sharing a pipe never mix
     (a single longer line is written alone).
     """
 
