@@ -63,15 +63,20 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
-        if self._in_head:
+        in_head = self._in_head
+        if in_head:
             self._head_bytes += len(data)
             self._head_started = True
-            if self._head_timer is None:  # the first byte of a keep-alive connection's next head
-                self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
         super().data_received(data)
-        if self._in_head and not self._refused and self._head_bytes > self.max_head_bytes:
-            # Still no end of the head: refused before it can grow any further.
-            self._too_large()
+        if self._in_head and not self._refused:
+            if self._head_bytes > self.max_head_bytes:
+                # Still no end of the head: refused before it can grow any further.
+                self._too_large()
+            elif in_head and self._head_started and self._head_timer is None:
+                # The first bytes of a keep-alive connection's next head, and not all of it:
+                # its time runs from now. A head that arrives whole (the usual one) never
+                # needs the timer, so it is armed only after the parser has seen the bytes.
+                self._head_timer = self.loop.call_later(self.head_timeout, self._head_timed_out)
 
     # -- parser callbacks ------------------------------------------------------------------
 

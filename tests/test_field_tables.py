@@ -51,6 +51,9 @@ POLICY = Policy.model_validate(
         '{"a": 1, "\\u0061": 2}',  # the same key, spelt differently
         '{"a:b": "x:y", "a:b": "z"}',
         '{"q\\"": 1, "q\\"" : 2}',
+        '{"k:": ":", "k:": ":"}',
+        '{"\\u003a": 1, ":": 2}',  # one key, its colon escaped once
+        '{"a": "\\u003A", "b": {"c": 1, "c": "x:y"}}',
     ],
 )
 def test_a_repeated_key_anywhere_is_refused(text: str) -> None:
@@ -70,6 +73,8 @@ def test_a_repeated_key_anywhere_is_refused(text: str) -> None:
         '{"a": 1, "b": {"a": 1}}',  # one name at two levels is no repeat
         '[1, "x:y", {}]',
         '"just: a string"',
+        '{"a": "\\u003a", "b:": "c\\u003Ad", "e": [":", {"f": "g:"}]}',
+        '{"a\\\\u003a": "x", "t": "line\\nbreak: y"}',
     ],
 )
 def test_colons_and_quotes_inside_strings_are_no_repeat(text: str) -> None:

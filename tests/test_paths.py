@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from gateway import paths
 from gateway.audit import configure_logging, reset_logging
 from gateway.paths import Glob, refusal, segments
 from tests.edge_harness import (
@@ -306,3 +308,23 @@ def test_an_encoded_slash_does_not_make_a_route_path(gw: tuple[Proxy, RawUpstrea
     response = raw_exchange(proxy.port, _post(b"/v1/chat%2Fcompletions", body))
     assert status_of(response) == 404
     assert upstream.conns == []
+
+
+@settings(max_examples=300, deadline=None)
+@example("/..", b"")
+@example("/a/./b", b"")
+@example("/%2e%2e/x", b"")
+@example("/a\\b", b"")
+@example("/v1/x", b"a b")
+@given(
+    st.lists(st.sampled_from(["/", "a", "Z", "0", "-", "_", ".", "..", "%2e", "%", "\\", "\x00",
+                              " ", "~", ";"]), max_size=12).map("".join),
+    st.sampled_from([b"", b"a=1", b"a b"]),
+)
+def test_the_plain_path_shortcut_decides_as_the_full_checks(path: str, query: bytes) -> None:
+    raw = path.encode()
+    full = re.compile(rb"(?!)")  # matches nothing: every path takes the full checks
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(paths, "_PLAIN", full)
+        expected = paths.refusal(raw, query)
+    assert paths.refusal(raw, query) == expected

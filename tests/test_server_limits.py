@@ -198,6 +198,28 @@ def test_an_idle_keep_alive_connection_is_closed(tmp_path: Path, upstream: RawUp
         assert response == b"" and waited < 3.0
 
 
+def test_a_slow_next_head_on_a_kept_alive_connection_is_timed_out(
+    tmp_path: Path, upstream: RawUpstream, audit_log: io.StringIO
+) -> None:
+    # The next head's time runs from its first byte, also when that byte comes alone.
+    with (
+        gateway(tmp_path, upstream, keep_alive_timeout=5.0, head_timeout=0.3) as gw,
+        socket.create_connection(("127.0.0.1", gw.port)) as sock,
+    ):
+        sock.settimeout(5)
+        sock.sendall(MODELS)
+        assert _read_response(sock).startswith(b"HTTP/1.1 200")
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\n")
+        for _ in range(8):
+            time.sleep(0.1)
+            with contextlib.suppress(ConnectionError):
+                sock.sendall(b"x-drip: 1\r\n")
+        response, waited = _read_until_closed(sock)
+        assert status_of(response) == 408, response
+        assert waited < 3.0
+        assert any(e["reason"] == "head_timeout" for e in _audits(audit_log))
+
+
 # ---------------------------------------------------------------------------- concurrency
 
 

@@ -123,12 +123,19 @@ _WORD_SPLIT = re.compile(r"[\s-]+")
 _BARE_CITATION = re.compile(r"\[\^?\d+(?:\s*[,–-]\s*\^?\d+)*\]")
 _DIGIT = re.compile(r"\d")
 _LETTERS = re.compile(r"[a-z]+")
-_ASCII_LETTERS = bytes.maketrans(
+# ASCII text folded for the prechecks of `numbers_in`: letters lowercased, digits "0",
+# everything else a space. A number word `_WORDS` can match is a whole token of it (\w on
+# neither side), and the text has a digit exactly when it has a "0".
+_ASCII_FOLD = bytes.maketrans(
     bytes(range(128)),
-    bytes(c + 32 if 65 <= c <= 90 else c if 97 <= c <= 122 else 32 for c in range(128)),
+    bytes(
+        c + 32 if 65 <= c <= 90 else c if 97 <= c <= 122 else 48 if 48 <= c <= 57 else 32
+        for c in range(128)
+    ),
 )
 _NUMBER_WORDS = frozenset([*_SMALL, "dozen", "hundred", "thousand", "million", "billion",
                            "trillion"])
+_NUMBER_WORDS_ASCII = frozenset(w.encode() for w in _NUMBER_WORDS)
 
 # (value, is_percent, unit or "")
 Quantity = tuple[Decimal, bool, str]
@@ -146,13 +153,13 @@ _MEMO_DIGITS = 40
 
 def numbers_in(text: str) -> list[Quantity]:
     """The numbers of `text`: those written with digits, in order, then those in words."""
-    digits = _DIGIT.search(text) is not None
     ascii_text = text.isascii()
-    if ascii_text:  # letters lowercased, everything else a space, in C
-        words = not _NUMBER_WORDS.isdisjoint(
-            text.encode().translate(_ASCII_LETTERS).decode().split()
-        )
+    if ascii_text:  # both prechecks from one pass in C
+        folded = text.encode().translate(_ASCII_FOLD)
+        digits = b"0" in folded
+        words = not _NUMBER_WORDS_ASCII.isdisjoint(folded.split())
     else:
+        digits = _DIGIT.search(text) is not None
         words = not _NUMBER_WORDS.isdisjoint(_LETTERS.findall(text.lower()))
     if not (digits or words):
         return []

@@ -459,17 +459,26 @@ _ESCAPE_S = re.compile(r"\\.", re.DOTALL)
 
 def count_keys(value: object) -> int:
     """How many keys the parsed objects in `value` hold, all levels together."""
-    n = 0
+    return _keys_and_colons(value)[0]
+
+
+def _keys_and_colons(value: object) -> tuple[int, int]:
+    """How many keys the parsed objects in `value` hold, all levels together, and how many
+    colons their keys and string values hold."""
+    keys = colons = 0
     stack = [value]
     pop, extend = stack.pop, stack.extend
     while stack:
         x = pop()
-        if type(x) is dict:
-            n += len(x)
+        if type(x) is str:
+            colons += x.count(":")
+        elif type(x) is dict:
+            keys += len(x)
+            colons += "".join(x).count(":")
             extend(x.values())
         elif type(x) is list:
             extend(x)
-    return n
+    return keys, colons
 
 
 def _structural_colons(raw: bytes | str) -> int:
@@ -486,12 +495,24 @@ def _structural_colons(raw: bytes | str) -> int:
 def has_duplicate_keys(raw: bytes | str, parsed: object) -> bool:
     """Whether the valid JSON text `raw`, which parsed to `parsed`, repeats a key in some
     object. A parser keeps one value per key, so the parsed objects hold fewer keys than the
-    text spells exactly when a key repeats. Every colon of the text is at most one key, so a
-    text with no more colons than parsed keys needs no closer look (the common case)."""
-    keys = count_keys(parsed)
-    total = raw.count(b":" if isinstance(raw, bytes) else ":")  # type: ignore[arg-type]
-    if total == keys:
-        return False
+    text spells exactly when a key repeats; the text spells one key per colon outside its
+    strings.
+
+    Those colons are counted without splitting the text at its quotes: a colon inside a
+    string is written as itself unless escaped as `\\u003a`, so without that escape the
+    text's colons are its keys' plus those of its strings. Without a repeat, the parsed
+    strings are the text's strings, and the text holds exactly as many colons as the parsed
+    keys and strings together; with one, the parsed strings are fewer and the colons outside
+    strings more, so the text holds more."""
+    keys, colons = _keys_and_colons(parsed)
+    if isinstance(raw, bytes):
+        total = raw.count(b":")
+        escaped = b"\\u003a" in raw or b"\\u003A" in raw
+    else:
+        total = raw.count(":")
+        escaped = "\\u003a" in raw or "\\u003A" in raw
+    if not escaped:
+        return total != keys + colons
     return _structural_colons(raw) != keys
 
 
