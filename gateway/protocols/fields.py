@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -170,11 +171,15 @@ class FieldLog:
     dropped: list[tuple[str, Path]] = field(default_factory=list)
 
 
-class Rule:
+class Rule(ABC):
+    """What a field table says of one field: the subclasses below are the whole vocabulary."""
+
     __slots__ = ()
 
+    @abstractmethod
     def walk(self, value: object, path: Path, key: Key, log: FieldLog, level: str) -> object:
-        raise NotImplementedError
+        """The value as the client may receive it (`_MISSING`: the field leaves), logging
+        what was unknown or dropped."""
 
 
 class _NoFallback:
