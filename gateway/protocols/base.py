@@ -7,14 +7,23 @@ decision back into a body or a stream in that protocol's normal shape.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.policy import Policy, Route
 from gateway.protocols.fields import allowed
 from gateway.sse import SSEEvent
-from gateway.types import Answer, Channel, Claim, ContextSet, Outcome, Report, TemplateName
+from gateway.types import (
+    Answer,
+    Channel,
+    Claim,
+    ContextSet,
+    Decision,
+    Outcome,
+    Report,
+    TemplateName,
+)
 
 __all__ = [
     "BLOCKED_TYPE",
@@ -126,6 +135,36 @@ def blocked_message(outcome: Outcome) -> str:
 
 def template_text(outcome: Outcome, policy: Policy, default: TemplateName) -> str:
     return str(getattr(policy.release.templates, outcome.template or default))
+
+
+Body = dict[str, object]
+
+
+def render_decision(
+    outcome: Outcome,
+    policy: Policy,
+    *,
+    released: Callable[[], Body],
+    partial: Callable[[], Body],
+    template: Callable[[str], Body],
+    blocked: Callable[[str], Body],
+) -> Body:
+    """The exhaustive decision → body dispatch of an adapter's `render`: the adapter supplies
+    how its protocol shapes each body; abstained / review get their template's text, blocked
+    its message. An unknown decision raises, never releases."""
+    match outcome.decision:
+        case Decision.RELEASED:
+            return released()
+        case Decision.PARTIAL:
+            return partial()
+        case Decision.ABSTAINED:
+            return template(template_text(outcome, policy, "no_evidence"))
+        case Decision.REVIEW:
+            return template(template_text(outcome, policy, "review_required"))
+        case Decision.BLOCKED:
+            return blocked(blocked_message(outcome))
+        case _:
+            raise ValueError(f"unknown decision {outcome.decision!r}")
 
 
 # A list item's marker in front of a claim: "- ", "* ", "+ ", "• ", "1. ", "2) ".

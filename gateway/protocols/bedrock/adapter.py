@@ -14,7 +14,11 @@ import re
 from collections.abc import Mapping, Sequence
 
 from gateway.policy import Policy, Route
-from gateway.protocols.base import BLOCKED_TYPE, RequestInfo, blocked_message, template_text
+from gateway.protocols.base import (
+    BLOCKED_TYPE,
+    RequestInfo,
+    render_decision,
+)
 from gateway.protocols.bedrock.codec import BedrockCodec
 from gateway.protocols.bedrock.context import request_context
 from gateway.protocols.bedrock.fields import BODY_TABLE
@@ -30,7 +34,7 @@ from gateway.protocols.bedrock.render import (
 from gateway.protocols.bedrock.stream import BedrockStreamParser, to_events
 from gateway.protocols.relay import relayed_message
 from gateway.sse import SSEEvent
-from gateway.types import Answer, Claim, ContextSet, Decision, Outcome, Report
+from gateway.types import Answer, Claim, ContextSet, Outcome, Report
 
 __all__ = ["BedrockConverse"]
 
@@ -91,23 +95,16 @@ class BedrockConverse:
         report: Report,
         policy: Policy,
     ) -> dict[str, object]:
-        match outcome.decision:
-            case Decision.RELEASED:
-                return released_body(answer, policy)
-            case Decision.PARTIAL:
-                return partial_body(answer, claims, outcome, policy)
-            case Decision.ABSTAINED:
-                text = template_text(outcome, policy, "no_evidence")
-                return template_body(answer.body, text)
-            case Decision.REVIEW:
-                text = template_text(outcome, policy, "review_required")
-                return template_body(answer.body, text)
-            case Decision.BLOCKED:
-                return self.error_envelope(
-                    policy.release.block_status, blocked_message(outcome), BLOCKED_TYPE
-                )
-            case _:
-                raise ValueError(f"unknown decision {outcome.decision!r}")
+        return render_decision(
+            outcome,
+            policy,
+            released=lambda: released_body(answer, policy),
+            partial=lambda: partial_body(answer, claims, outcome, policy),
+            template=lambda text: template_body(answer.body, text),
+            blocked=lambda message: self.error_envelope(
+                policy.release.block_status, message, BLOCKED_TYPE
+            ),
+        )
 
     def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]:
         return {"message": message}

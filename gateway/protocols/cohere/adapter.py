@@ -11,9 +11,8 @@ from gateway.policy import Policy, Route
 from gateway.protocols.base import (
     BLOCKED_TYPE,
     RequestInfo,
-    blocked_message,
+    render_decision,
     rule_withholds_something,
-    template_text,
 )
 from gateway.protocols.cohere import context as cctx
 from gateway.protocols.cohere.fields import BODY_TABLE
@@ -28,7 +27,7 @@ from gateway.protocols.cohere.render import (
 from gateway.protocols.cohere.stream import CohereStreamParser, loads
 from gateway.protocols.relay import relayed_message
 from gateway.sse import SSEDecoder, SSEEvent, encode
-from gateway.types import Answer, Claim, ContextSet, Decision, Outcome, Report
+from gateway.types import Answer, Claim, ContextSet, Outcome, Report
 
 __all__ = ["CohereChat"]
 
@@ -82,21 +81,16 @@ class CohereChat:
         report: Report,
         policy: Policy,
     ) -> dict[str, object]:
-        match outcome.decision:
-            case Decision.RELEASED:
-                return released_body(answer, policy)
-            case Decision.PARTIAL:
-                return partial_body(answer, claims, outcome, policy)
-            case Decision.ABSTAINED:
-                return abstained_body(answer, template_text(outcome, policy, "no_evidence"))
-            case Decision.REVIEW:
-                return abstained_body(answer, template_text(outcome, policy, "review_required"))
-            case Decision.BLOCKED:
-                return self.error_envelope(
-                    policy.release.block_status, blocked_message(outcome), BLOCKED_TYPE
-                )
-            case _:
-                raise ValueError(f"unknown decision {outcome.decision!r}")
+        return render_decision(
+            outcome,
+            policy,
+            released=lambda: released_body(answer, policy),
+            partial=lambda: partial_body(answer, claims, outcome, policy),
+            template=lambda text: abstained_body(answer, text),
+            blocked=lambda message: self.error_envelope(
+                policy.release.block_status, message, BLOCKED_TYPE
+            ),
+        )
 
     def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]:
         """Cohere's error body is `{"message"}`; the gateway's own facts go in `citewarden`."""

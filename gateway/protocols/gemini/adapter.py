@@ -13,9 +13,8 @@ from gateway.context import Trust
 from gateway.policy import Policy, Route
 from gateway.protocols.base import (
     RequestInfo,
-    blocked_message,
+    render_decision,
     rule_withholds_something,
-    template_text,
 )
 from gateway.protocols.gemini import context as gctx
 from gateway.protocols.gemini.fields import BODY_TABLE
@@ -30,7 +29,7 @@ from gateway.protocols.gemini.render import (
 from gateway.protocols.gemini.stream import GeminiStreamParser
 from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
 from gateway.sse import SSEDecoder, SSEEvent, encode
-from gateway.types import Answer, Claim, ContextSet, Decision, Outcome, Report
+from gateway.types import Answer, Claim, ContextSet, Outcome, Report
 
 __all__ = ["Gemini", "error_body", "status_name"]
 
@@ -114,19 +113,14 @@ class Gemini:
         report: Report,
         policy: Policy,
     ) -> dict[str, object]:
-        match outcome.decision:
-            case Decision.RELEASED:
-                return released_body(answer, policy)
-            case Decision.PARTIAL:
-                return partial_body(answer, claims, outcome, policy)
-            case Decision.ABSTAINED:
-                return abstained_body(answer, template_text(outcome, policy, "no_evidence"))
-            case Decision.REVIEW:
-                return abstained_body(answer, template_text(outcome, policy, "review_required"))
-            case Decision.BLOCKED:
-                return error_body(policy.release.block_status, blocked_message(outcome))
-            case _:
-                raise ValueError(f"unknown decision {outcome.decision!r}")
+        return render_decision(
+            outcome,
+            policy,
+            released=lambda: released_body(answer, policy),
+            partial=lambda: partial_body(answer, claims, outcome, policy),
+            template=lambda text: abstained_body(answer, text),
+            blocked=lambda message: error_body(policy.release.block_status, message),
+        )
 
     def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]:
         return error_body(status, message)

@@ -13,8 +13,7 @@ from gateway.policy import Policy, Route
 from gateway.protocols.base import (
     BLOCKED_TYPE,
     RequestInfo,
-    blocked_message,
-    template_text,
+    render_decision,
 )
 from gateway.protocols.openai_responses import context as rctx
 from gateway.protocols.openai_responses.framer import ResponsesFramer
@@ -29,7 +28,7 @@ from gateway.protocols.openai_responses.render import (
 from gateway.protocols.openai_responses.stream import TERMINAL, ResponsesStreamParser, loads
 from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
 from gateway.sse import SSEDecoder, SSEEvent, encode
-from gateway.types import Answer, Claim, ContextSet, Decision, Outcome, Report
+from gateway.types import Answer, Claim, ContextSet, Outcome, Report
 
 __all__ = ["OpenAIResponses"]
 
@@ -86,23 +85,16 @@ class OpenAIResponses:
         report: Report,
         policy: Policy,
     ) -> dict[str, object]:
-        match outcome.decision:
-            case Decision.RELEASED:
-                return released_body(answer, policy)
-            case Decision.PARTIAL:
-                return partial_body(answer, claims, outcome, policy)
-            case Decision.ABSTAINED:
-                text = template_text(outcome, policy, "no_evidence")
-                return abstained_body(answer, policy, text)
-            case Decision.REVIEW:
-                text = template_text(outcome, policy, "review_required")
-                return abstained_body(answer, policy, text)
-            case Decision.BLOCKED:
-                return self.error_envelope(
-                    policy.release.block_status, blocked_message(outcome), BLOCKED_TYPE
-                )
-            case _:
-                raise ValueError(f"unknown decision {outcome.decision!r}")
+        return render_decision(
+            outcome,
+            policy,
+            released=lambda: released_body(answer, policy),
+            partial=lambda: partial_body(answer, claims, outcome, policy),
+            template=lambda text: abstained_body(answer, policy, text),
+            blocked=lambda message: self.error_envelope(
+                policy.release.block_status, message, BLOCKED_TYPE
+            ),
+        )
 
     def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]:
         return {"error": {"message": message, "type": type_, "param": None, "code": type_}}
