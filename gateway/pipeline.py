@@ -360,17 +360,6 @@ class RoutePipeline:
         at = raw.find(marker)
         return at >= 0 and not raw[at + len(marker) :].strip(b" \t\r\n}")
 
-    def is_error_envelope(self, parsed: object) -> bool:
-        """Whether an upstream error body is this protocol's own error envelope."""
-        if not isinstance(parsed, dict):
-            return False
-        error = parsed.get("error")
-        if not isinstance(error, dict) or not isinstance(error.get("message"), str):
-            return False
-        if self.route.protocol == "anthropic-messages":
-            return parsed.get("type") == "error"
-        return True
-
     def block_body(self, outcome: Outcome, request_id: str) -> dict[str, Any]:
         status = self.policy.release.block_status
         body = self.adapter.error_envelope(
