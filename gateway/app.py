@@ -208,10 +208,8 @@ class _Exchange:
             headers.append((b"x-citewarden-decision", decision.encode()))
         if extra:
             headers.extend(extra)
-        adapter = self.pipeline.adapter if self.pipeline is not None else None
-        error_headers = getattr(adapter, "error_headers", None)
-        if status >= 400 and error_headers is not None:  # Bedrock's x-amzn-ErrorType
-            headers.extend(error_headers(status))
+        if status >= 400 and self.pipeline is not None:  # Bedrock's x-amzn-ErrorType
+            headers.extend(self.pipeline.adapter.error_headers(status))
         self.status = status
         self.content_type = content_type
         await self.send({"type": "http.response.start", "status": status, "headers": headers})
@@ -382,7 +380,7 @@ class _Exchange:
         except BodyTooLarge as e:
             await self._client_error(pipeline, 413, str(e), "request_too_large")
             return
-        stored = self.scope["method"] == "GET" and getattr(adapter, "stored_answers", False)
+        stored = self.scope["method"] == "GET" and adapter.stored_answers
         try:
             # A stored answer (GET) has no request body: its request context is empty.
             # A repeated key is refused too: the upstream may read the other value than the
@@ -399,8 +397,7 @@ class _Exchange:
             )
             return
         info = adapter.request_info(request)
-        by_path = getattr(adapter, "streams_by_path", None)
-        if by_path is not None and (path_stream := by_path(self.path)) is not None:
+        if (path_stream := adapter.streams_by_path(self.path)) is not None:
             info = dataclasses.replace(info, stream=path_stream)  # Bedrock's converse-stream
         self.streaming = info.stream
         raw = self._forwarded(pipeline, raw)
@@ -432,10 +429,7 @@ class _Exchange:
     def _forwarded(self, pipeline: RoutePipeline, raw: bytes) -> bytes:
         """The body to forward: as received, unless the adapter rewrites requests (Responses
         asks for the file_search results its route's context comes from)."""
-        rewrite = getattr(pipeline.adapter, "forward_body", None)
-        if rewrite is None:
-            return raw
-        return bytes(rewrite(raw, self.path_qs, pipeline.policy))
+        return pipeline.adapter.forward_body(raw, self.path_qs, pipeline.policy)
 
     async def _error(
         self,
@@ -578,9 +572,7 @@ class _Exchange:
     ) -> None:
         attempts = 1 + (
             pipeline.policy.release.retry
-            if pipeline.route.protocol != "rag-json"
-            and self.scope["method"] == "POST"
-            and getattr(pipeline.adapter, "retries", True)  # not under a SigV4 signature
+            if pipeline.adapter.retries and self.scope["method"] == "POST"
             else 0
         )
         for attempt in range(attempts):
@@ -609,7 +601,7 @@ class _Exchange:
             decision = judgement.outcome.decision
             if decision is Decision.RELEASED or attempt == attempts - 1:
                 break
-            raw = dumps(retry.with_grounding(pipeline.route.protocol, request, judgement.outcome))
+            raw = dumps(retry.with_grounding(pipeline.adapter, request, judgement.outcome))
             raw = self._forwarded(pipeline, raw)
         await self._release(
             pipeline, answer, judgement, body, up_headers, stream, include_usage, verify_seconds

@@ -488,31 +488,10 @@ def request_context(
     ctx: ContextSet | None = None,
 ) -> ContextSet:
     """The chunks and documents a request carries (added to `ctx` when given)."""
+    from gateway.protocols import get  # the registry imports this module
+
     ctx = ContextSet() if ctx is None else ctx
-    trust = trust_of(spec)
-    pattern = trust.pattern
-    if protocol == "openai-chat":
-        openai_request_context(body, ctx, pattern, trust)
-    elif protocol == "anthropic-messages":
-        anthropic_request_context(body, ctx, pattern, trust)
-    elif protocol == "openai-responses":
-        from gateway.protocols.openai_responses import context as responses
-
-        responses.request_context(body, ctx, pattern, trust)
-    elif protocol == "bedrock-converse":
-        from gateway.protocols.bedrock import context as bedrock
-
-        bedrock.request_context(body, ctx, pattern, trust)
-    elif protocol == "cohere-chat":
-        from gateway.protocols.cohere import context as cohere
-
-        cohere.request_context(body, ctx, pattern, trust)
-    elif protocol == "gemini":
-        from gateway.protocols.gemini import context as gemini
-
-        gemini.request_context(body, ctx, pattern, trust)
-    else:
-        generic_request_context(body, ctx, pattern, trust)
+    get(protocol).request_context(body, ctx, trust_of(spec))
     return ctx
 
 
@@ -623,23 +602,12 @@ def build_context(
             request_context(protocol, request, spec, ctx)
         elif source == "response" and response is not None and rag is not None:
             ctx.extend(response_chunks(response, rag))
-        elif source == "response" and response is not None and protocol == "openai-responses":
-            from gateway.protocols.openai_responses import context as responses
-
-            trust = trust_of(spec)
-            responses.response_context(response, ctx, trust.pattern, trust)
-        elif source == "response" and response is not None and protocol == "gemini":
-            from gateway.protocols.gemini import context as gemini
-
-            gemini.response_context(response, ctx)
         elif source == "response" and response is not None:
-            # An adapter whose answers carry their own retrieval results (Perplexity's
-            # search_results on openai-chat) reads them with its `response_context` hook.
-            from gateway.protocols import ADAPTERS
+            # Answers that carry their own retrieval results (file_search results, grounding
+            # metadata, Perplexity's search_results) are read by the protocol's adapter.
+            from gateway.protocols import get
 
-            hook = getattr(ADAPTERS.get(protocol), "response_context", None)
-            if hook is not None:
-                hook(response, ctx)
+            get(protocol).response_context(response, ctx, trust_of(spec))
         elif source == "header" and headers is not None:
             ctx.extend(header_chunks(headers))
     return ctx

@@ -1,5 +1,5 @@
 """How a protocol frames its streams on the wire: SSE unless its adapter brings its own codec
-(`stream_codec()`: Bedrock's binary event-stream). Events are `SSEEvent` values either way."""
+(`Adapter.stream_codec()`: Bedrock's binary event-stream). Events are `SSEEvent` values."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Protocol
 
 from gateway.sse import SSEDecoder, SSEEvent, encode
 
-__all__ = ["SSE_CODEC", "StreamCodec", "StreamDecoder", "codec_of"]
+__all__ = ["SSE_CODEC", "StreamCodec", "StreamDecoder"]
 
 
 class StreamDecoder(Protocol):
@@ -39,9 +39,3 @@ class _SSECodec:
 
 
 SSE_CODEC: StreamCodec = _SSECodec()
-
-
-def codec_of(adapter: object) -> StreamCodec:
-    """The adapter's stream codec (an optional `stream_codec()` method), else SSE."""
-    make = getattr(adapter, "stream_codec", None)
-    return SSE_CODEC if make is None else make()

@@ -108,9 +108,8 @@ def _verify(
     stream = _looks_like_sse(response_path, raw) or (
         pipeline.codec is not SSE_CODEC and not raw.lstrip().startswith(b"{")
     )  # an event-stream capture (Bedrock): binary, never a JSON object
-    forward = getattr(pipeline.adapter, "forward_body", None)
-    if forward is not None:  # what the client itself asked for (Responses `include`)
-        forward(json.dumps(request).encode(), "", loaded.policy)
+    # What the client itself asked for (Responses `include`) is learnt from the request.
+    pipeline.adapter.forward_body(json.dumps(request).encode(), "", loaded.policy)
     try:
         if stream:
             answer = pipeline.parse_stream(raw)

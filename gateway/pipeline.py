@@ -18,7 +18,6 @@ import orjson
 from gateway.checks.base import cited_chunks, claim_body
 from gateway.checks.judge import PENDING, JudgePass, JudgeStats, Pending, last_user_text
 from gateway.context import build_context
-from gateway.framing import codec_of
 from gateway.policy import LoadedPolicy, Route
 from gateway.protocols import ADAPTERS
 from gateway.protocols.base import Adapter, channel_key
@@ -35,18 +34,6 @@ from gateway.types import (
     Report,
 )
 from gateway.verify import Verifier
-
-# The text channel a stream verifier segments while the stream arrives, per protocol.
-PRIMARY_CHANNEL = {
-    "openai-chat": channel_key(("choices", 0, "message", "content")),
-    "anthropic-messages": channel_key(("content",)),
-    "openai-responses": channel_key(("output_text", 0)),
-    "bedrock-converse": channel_key(("output", "message", "content")),
-    "cohere-chat": channel_key(("text", 0)),  # the first text item of message.content
-}
-
-# The last bytes of a well-formed stream, per protocol (up to the event's closing brace).
-TERMINAL_EVENT = {"openai-chat": b"[DONE]", "anthropic-messages": b'message_stop"'}
 
 # Verdicts reached while a stream arrived, by the claim's (start, end, text) in the primary
 # text channel.
@@ -87,14 +74,14 @@ class RoutePipeline:
         self.route = route
         self.adapter: Adapter = ADAPTERS[route.protocol]
         self.verifier = Verifier(loaded.policy)
-        self.primary_key = PRIMARY_CHANNEL.get(route.protocol, "")
+        self.primary_key = self.adapter.primary_channel or ""
         spec = loaded.policy.support.judge
         # The judge pass (DESIGN §10); None keeps verification synchronous, as fast as ever.
         self.judge_pass: JudgePass | None = (
             JudgePass(spec) if spec is not None and "unsupported" in loaded.policy.checks
             else None
         )
-        self.codec = codec_of(self.adapter)  # how its streams are framed (SSE unless its own)
+        self.codec = self.adapter.stream_codec()  # how its streams are framed (SSE unless its own)
 
     def context(
         self,
@@ -311,9 +298,7 @@ class RoutePipeline:
         outcome = judgement.outcome
         if outcome.decision is Decision.BLOCKED:
             blocked = self.block_body(outcome, request_id)
-            kept = getattr(self.adapter, "kept_fields", None)  # rag-json's `rag.keep`
-            if kept is not None:
-                blocked = {**kept(answer), **blocked}  # the envelope's own keys win
+            blocked = {**self.adapter.kept_fields(answer), **blocked}  # the envelope's keys win
             return Rendered(
                 self.policy.release.block_status,
                 dumps(blocked),
@@ -322,7 +307,7 @@ class RoutePipeline:
         if (
             outcome.decision is Decision.RELEASED
             and not self.adapter.needs_rewrite(answer, self.policy)
-            and (not stream or self._ends_at_terminal(raw))
+            and (not stream or self.adapter.stream_relayable(raw))
         ):
             return Rendered(200, raw, unchanged=True)
         body = self.adapter.render(answer, judgement.claims, outcome, judgement.report, self.policy)
@@ -339,26 +324,13 @@ class RoutePipeline:
         out: dict[str, int] = {}
         for level, _ in answer.dropped:
             out[level] = out.get(level, 0) + 1
-        table = getattr(self.adapter, "field_table", None)
+        table = self.adapter.field_table
         allow = self.policy.channels.allow_fields
         for path in answer.unknown_fields:
             if not allowed(path, allow):
                 level = "top" if table is None else level_of(table, path)
                 out[level] = out.get(level, 0) + 1
         return out
-
-    def _ends_at_terminal(self, raw: bytes) -> bool:
-        """Whether a captured stream ends with its terminal event. Parsers ignore anything
-        after `[DONE]` / `message_stop`, so bytes there were never verified: such a stream
-        is re-framed from the parsed answer instead of being forwarded as is."""
-        marker = TERMINAL_EVENT.get(self.route.protocol)
-        if marker is None:
-            relayable = getattr(self.adapter, "stream_relayable", None)
-            return bool(relayable(raw)) if relayable is not None else False
-        # The first terminal event is where parsers stop: anything after it, another terminal
-        # event included, was never verified.
-        at = raw.find(marker)
-        return at >= 0 and not raw[at + len(marker) :].strip(b" \t\r\n}")
 
     def block_body(self, outcome: Outcome, request_id: str) -> dict[str, Any]:
         status = self.policy.release.block_status

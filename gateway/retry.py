@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from gateway.protocols.base import Adapter
 from gateway.types import Outcome
 
 GROUNDING = (
@@ -22,34 +23,6 @@ def instruction(outcome: Outcome) -> str:
     return GROUNDING.format(reason=outcome.reason or "unverified")
 
 
-def with_grounding(protocol: str, request: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
+def with_grounding(adapter: Adapter, request: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
     """A copy of `request` with the grounding instruction added where the protocol puts it."""
-    text = instruction(outcome)
-    retried = copy.deepcopy(request)
-    match protocol:
-        case "openai-chat":
-            messages = retried.setdefault("messages", [])
-            messages.append({"role": "system", "content": text})
-        case "anthropic-messages":
-            system = retried.get("system")
-            if isinstance(system, list):
-                system.append({"type": "text", "text": text})
-            elif isinstance(system, str) and system:
-                retried["system"] = f"{system}\n\n{text}"
-            else:
-                retried["system"] = text
-        case "openai-responses":
-            from gateway.protocols.openai_responses.retry import with_grounding as responses
-
-            retried = responses(retried, text)
-        case "cohere-chat":
-            from gateway.protocols.cohere.retry import with_grounding as cohere
-
-            retried = cohere(retried, text)
-        case "gemini":
-            from gateway.protocols.gemini.retry import with_grounding as gemini
-
-            retried = gemini(retried, text)
-        case _:
-            raise ValueError(f"release.retry is not supported for protocol {protocol!r}")
-    return retried
+    return adapter.retry_request(copy.deepcopy(request), instruction(outcome))

@@ -13,26 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from gateway.checks.judge import JudgeStats, last_user_text
 from gateway.claims import Segment
 from gateway.errors import ProtocolError
-from gateway.pipeline import Judgement, RoutePipeline, dumps
-from gateway.protocols.anthropic_messages import BODY_TABLE as ANTHROPIC_BODY_TABLE
-from gateway.protocols.anthropic_messages import native_citation
-from gateway.protocols.base import channel_key
-from gateway.protocols.fields import FieldLog, clean
-from gateway.protocols.openai_chat import FRAME_TABLE as OPENAI_FRAME_TABLE
+from gateway.pipeline import Judgement, RoutePipeline
 from gateway.release import template_text
-from gateway.sse import SSEEvent, encode, encode_data
+from gateway.sse import SSEEvent
 from gateway.types import (
     Answer,
-    Citation,
     Claim,
     ClaimReport,
     ContextSet,
@@ -43,295 +36,6 @@ from gateway.types import (
 )
 
 Json = dict[str, Any]
-
-OPENAI_PRIMARY = channel_key(("choices", 0, "message", "content"))
-ANTHROPIC_PRIMARY = channel_key(("content",))
-
-
-def _json_event(data: Json, event: str | None = None) -> bytes:
-    """One SSE event carrying `data` as compact JSON, as the gateway writes every body."""
-    return encode_data(dumps(data), event)
-
-
-class _OpenAIFramer:
-    """Frames released text as chat.completion.chunk events of choice 0."""
-
-    primary = OPENAI_PRIMARY
-
-    def __init__(self, include_usage: bool) -> None:
-        self.include_usage = include_usage
-        self.head: Json | None = None
-        self.role_sent = False
-
-    def observe(self, event: SSEEvent) -> None:
-        if self.head is not None or event.data.strip() == "[DONE]":
-            return
-        try:
-            # Only what the frame table keeps: an id or model of the wrong shape stays out.
-            data = clean(OPENAI_FRAME_TABLE, json.loads(event.data), FieldLog())
-        except (ValueError, ProtocolError):
-            return
-        if isinstance(data, dict):
-            self.head = {
-                "id": data.get("id", ""),
-                "object": "chat.completion.chunk",
-                "created": data.get("created", 0),
-                "model": data.get("model", ""),
-            }
-            if data.get("system_fingerprint") is not None:
-                self.head["system_fingerprint"] = data["system_fingerprint"]
-
-    @property
-    def started(self) -> bool:
-        return self.role_sent
-
-    def template_body(self, text: str) -> Json:
-        """A whole chat.completion answering `text`, for a stream that ends in a template."""
-        head = {k: v for k, v in (self.head or {}).items() if k != "object"}
-        message = {"role": "assistant", "content": text, "refusal": None}
-        return {
-            **head,
-            "object": "chat.completion",
-            "choices": [
-                {"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}
-            ],
-        }
-
-    def _frame(self, delta: Json) -> bytes:
-        chunk: Json = {
-            **(self.head or {}),
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
-        }
-        if self.include_usage:
-            chunk["usage"] = None
-        return _json_event(chunk)
-
-    def opening(self) -> bytes:
-        if self.role_sent:
-            return b""
-        self.role_sent = True
-        return self._frame({"role": "assistant", "content": ""})
-
-    def text(self, text: str, citations: Sequence[Claim] = ()) -> bytes:
-        return self.opening() + self._frame({"content": text})
-
-    def tail(self, pipeline: RoutePipeline, body: Mapping[str, Any]) -> bytes:
-        """Everything of the final body but choice 0's content, already released."""
-        tail = json.loads(json.dumps(body))
-        choices = tail.get("choices") or []
-        for choice in choices:
-            if choice.get("index", 0) == 0:
-                msg = choice.setdefault("message", {})
-                msg["content"] = None
-                msg.pop("annotations", None)  # offsets refer to a text the client never saw
-                choice["logprobs"] = None  # progressive frames are not the upstream's tokens
-        events = pipeline.adapter.to_stream(tail, self.include_usage)
-        out = [self.opening()]
-        for i, ev in enumerate(events):
-            if i == 0 and self.role_sent and _is_openai_role_frame(ev):
-                continue
-            out.append(encode(ev))
-        return b"".join(out)
-
-
-def _is_openai_role_frame(event: SSEEvent) -> bool:
-    try:
-        data = json.loads(event.data)
-    except ValueError:
-        return False
-    choices = data.get("choices") if isinstance(data, dict) else None
-    if not choices:
-        return False
-    delta = choices[0].get("delta") or {}
-    return (
-        choices[0].get("index", 0) == 0
-        and set(delta) <= {"role", "content", "refusal"}
-        and not delta.get("content")
-    )
-
-
-class _AnthropicFramer:
-    """Frames released text as one text block (index 0) of an Anthropic message stream."""
-
-    primary = ANTHROPIC_PRIMARY
-
-    def __init__(self, include_usage: bool) -> None:
-        self.start: Json | None = None
-        self.opened = False
-
-    def observe(self, event: SSEEvent) -> None:
-        if self.start is not None:
-            return
-        try:
-            data = json.loads(event.data)
-        except ValueError:
-            return
-        if not isinstance(data, dict) or data.get("type") != "message_start":
-            return
-        # The message as the field table keeps it, without unknown fields: this event is
-        # re-sent as the stream's first, before the answer is judged.
-        log = FieldLog()
-        try:
-            message = clean(ANTHROPIC_BODY_TABLE, data.get("message"), log)
-        except ProtocolError:
-            return
-        if isinstance(message, dict):
-            for _, path in log.unknown:
-                if len(path) == 1:
-                    message.pop(str(path[0]), None)
-            message["content"] = []
-            self.start = {"type": "message_start", "message": message}
-
-    @staticmethod
-    def _ev(data: Json) -> bytes:
-        return _json_event(data, str(data["type"]))
-
-    @property
-    def started(self) -> bool:
-        return self.opened
-
-    def template_body(self, text: str) -> Json:
-        """A whole message answering `text`, for a stream that ends in a template."""
-        start = (self.start or {}).get("message")
-        msg: Json = dict(start) if isinstance(start, dict) else {}
-        usage = msg.get("usage")
-        return {
-            "id": msg.get("id", ""),
-            "type": "message",
-            "role": "assistant",
-            "model": msg.get("model", ""),
-            "content": [{"type": "text", "text": text}],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": dict(usage) if isinstance(usage, dict) else {},
-        }
-
-    def opening(self) -> bytes:
-        if self.opened:
-            return b""
-        self.opened = True
-        start = self.start or {"type": "message_start", "message": {"content": []}}
-        return self._ev(start) + self._ev(
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": "", "citations": []},
-            }
-        )
-
-    def text(self, text: str, citations: Sequence[Claim] = ()) -> bytes:
-        out = [self.opening()]
-        for claim in citations:
-            for cit in claim.citations:
-                if cit.native is not None:
-                    out.append(
-                        self._ev(
-                            {
-                                "type": "content_block_delta",
-                                "index": 0,
-                                "delta": {
-                                    "type": "citations_delta",
-                                    "citation": _native_json(cit.native),
-                                },
-                            }
-                        )
-                    )
-        out.append(
-            self._ev(
-                {
-                    "type": "content_block_delta",
-                    "index": 0,
-                    "delta": {"type": "text_delta", "text": text},
-                }
-            )
-        )
-        return b"".join(out)
-
-    def tail(self, pipeline: RoutePipeline, body: Mapping[str, Any]) -> bytes:
-        tail = json.loads(json.dumps(body))
-        tail["content"] = [b for b in tail.get("content") or [] if b.get("type") != "text"]
-        events = pipeline.adapter.to_stream(tail, True)
-        out = [self.opening(), self._ev({"type": "content_block_stop", "index": 0})]
-        for ev in events[1:]:  # message_start went out with the first text
-            data = json.loads(ev.data)
-            if isinstance(data.get("index"), int):
-                data["index"] += 1
-                out.append(self._ev(data))
-            else:
-                out.append(encode(ev))
-        return b"".join(out)
-
-
-def _native_json(native: Any) -> Json:
-    out: Json = {"type": native.type, "cited_text": native.cited_text}
-    if native.type == "search_result_location":
-        out["search_result_index"] = native.search_result_index
-        out["start_block_index"], out["end_block_index"] = native.start, native.end
-    else:
-        out["document_index"] = native.document_index
-        names = {
-            "char_location": ("start_char_index", "end_char_index"),
-            "page_location": ("start_page_number", "end_page_number"),
-            "content_block_location": ("start_block_index", "end_block_index"),
-        }[native.type]
-        out[names[0]], out[names[1]] = native.start, native.end
-    return out
-
-
-class _NativeSpans:
-    """Anthropic native citations seen so far, as (start, end) spans of the primary text.
-
-    Mirrors what `parse_body` builds for the whole message — each citation spans its text
-    block — so a claim verified mid-stream carries the same citations it will have in the
-    final answer (RoutePipeline.judge re-checks any claim whose citations differ).
-    """
-
-    def __init__(self) -> None:
-        self.blocks: list[tuple[int, list[Citation]]] = []  # (start offset, citations)
-
-    def observe(self, event: SSEEvent, offset: int) -> None:
-        data = event.data
-        if '"content_block_start"' not in data and '"citations_delta"' not in data:
-            return
-        try:
-            parsed = json.loads(data)
-            if parsed.get("type") == "content_block_start":
-                block = parsed.get("content_block") or {}
-                if block.get("type") == "text":
-                    cits = [native_citation(c) for c in block.get("citations") or []]
-                    self.blocks.append((offset, [c for c in cits if c is not None]))
-            elif parsed.get("type") == "content_block_delta" and self.blocks:
-                cit = native_citation((parsed.get("delta") or {}).get("citation"))
-                if cit is not None:
-                    self.blocks[-1][1].append(cit)
-        except (ValueError, AttributeError, ProtocolError):
-            return  # the parser reports a broken stream; judge re-checks mismatched claims
-
-    def overlapping(self, start: int, end: int, length: int) -> tuple[Citation, ...]:
-        out: list[Citation] = []
-        for i, (s, cits) in enumerate(self.blocks):
-            e = self.blocks[i + 1][0] if i + 1 < len(self.blocks) else length
-            if (s < end and e > start) or (s == e and start <= s <= end):
-                out.extend(cits)
-        return tuple(out)
-
-
-class _Framer(Protocol):
-    """What progressive release needs of a protocol's framer (an adapter may bring its own)."""
-
-    def observe(self, event: SSEEvent) -> None: ...
-
-    def opening(self) -> bytes: ...
-
-    def text(self, text: str, citations: Sequence[Claim] = ()) -> bytes: ...
-
-    def tail(self, pipeline: RoutePipeline, body: Mapping[str, Any]) -> bytes: ...
-
-    @property
-    def started(self) -> bool: ...
-
-    def template_body(self, text: str) -> Json: ...
-
 
 class StreamVerifier:
     """Parses a stream event by event and verifies each claim of the primary text channel as
@@ -352,14 +56,9 @@ class StreamVerifier:
         self.seconds = 0.0
         self.length = 0  # primary text seen so far
         self._texts: list[str] = []
-        self.native: Any = (
-            _NativeSpans()
-            if pipeline.route.protocol == "anthropic-messages"
-            else getattr(self.parser, "native_spans", None)
-        )
-        bind = getattr(self.parser, "bind_context", None)
-        if bind is not None:  # context that arrives in the stream itself (file_search results)
-            bind(ctx, pipeline.policy.context)
+        self.native = self.parser.native_spans
+        # Context that arrives in the stream itself (file_search results).
+        self.parser.bind_context(ctx, pipeline.policy.context)
         # SSE lines of the stream no event carried (`SSEDecoder.undefined`: comments, `id`,
         # `retry`, unknown fields), set by whoever decodes it: never relayed, so an answer
         # that had any is re-framed.
@@ -389,7 +88,7 @@ class StreamVerifier:
         reports = [self._verify(seg) for seg in self.segmenter.finish()]
         answer = self.parser.finish()
         answer.dropped.extend([("sse", ("line",))] * self.sse_undefined)
-        if getattr(self.parser, "context_grew_late", False) and (
+        if self.parser.context_grew_late and (
             self.pipeline.policy.streaming.mode == "buffer"
         ):
             # Context arrived in the stream after claims were checked (search results sent
@@ -433,14 +132,7 @@ class ProgressiveRelease:
         self.waiting: deque[ClaimReport | asyncio.Task[ClaimReport]] = deque()
         self.judge_stats: JudgeStats | None = None
         self._question = last_user_text(request) if self.judged else None
-        self.framer: _Framer = (
-            _AnthropicFramer(include_usage)
-            if pipeline.route.protocol == "anthropic-messages"
-            else _OpenAIFramer(include_usage)
-        )
-        make_framer = getattr(pipeline.adapter, "progressive_framer", None)
-        if make_framer is not None:
-            self.framer = make_framer(include_usage)
+        self.framer = pipeline.adapter.progressive_framer(include_usage)
         self.buffer = ""  # primary text not yet released, from `released` on
         self.released = 0  # offset in the primary text up to which it has been decided
         self.stripped = False
@@ -681,11 +373,7 @@ class ProgressiveRelease:
         self._cancel()
         self.decision = "error"
         self.reason = "upstream_stream_broken"
-        framer_error = getattr(self.framer, "error", None)
-        if framer_error is not None:
-            return bytes(framer_error(f"citewarden: {message}", "upstream_error"))
-        event = self.pipeline.adapter.error_event(f"citewarden: {message}", "upstream_error")
-        return self.pipeline.codec.encode(event)
+        return self.framer.error(f"citewarden: {message}", "upstream_error")
 
     # -- claims ------------------------------------------------------------------------------
 
@@ -745,8 +433,4 @@ class ProgressiveRelease:
             f"answer blocked by citewarden: {reason}"
         )
         text = f"{message} (reason: {reason}, request_id: {self.request_id})"
-        framer_error = getattr(self.framer, "error", None)
-        if framer_error is not None:
-            return bytes(framer_error(text, "citation_verification_failed"))
-        event = self.pipeline.adapter.error_event(text, "citation_verification_failed")
-        return self.pipeline.codec.encode(event)
+        return self.framer.error(text, "citation_verification_failed")

@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import ProtocolError
-from gateway.framing import codec_of
 from gateway.protocols import ADAPTERS, get
 from gateway.types import Decision, Outcome, Report
 from tests.bedrock_wire import boto_parse
@@ -220,7 +219,7 @@ def test_render_gives_sdk_valid_bodies_that_round_trip_as_streams(
     again = adapter.parse(body, ROUTES[protocol])
     for include_usage in (True, False):
         events = adapter.to_stream(body, include_usage)
-        wire = b"".join(map(codec_of(adapter).encode, events))
+        wire = b"".join(map(adapter.stream_codec().encode, events))
         streamed = summary(parse_stream(protocol, [wire]))
         if include_usage or protocol != "openai-chat":
             assert streamed == summary(again)

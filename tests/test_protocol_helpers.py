@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gateway.framing import codec_of
 from gateway.policy import Match, Policy, RagSpec, Route
 from gateway.protocols import ADAPTERS
 from gateway.types import Answer, Claim
@@ -66,7 +65,7 @@ def parse_json(protocol: str, name: str) -> Answer:
 
 def parse_stream(protocol: str, pieces: list[bytes]) -> Answer:
     parser = ADAPTERS[protocol].stream_parser(ROUTES[protocol])
-    dec = codec_of(ADAPTERS[protocol]).decoder()
+    dec = ADAPTERS[protocol].stream_codec().decoder()
     for p in pieces:
         for ev in dec.feed(p):
             parser.feed(ev)

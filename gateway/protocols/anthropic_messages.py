@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.context import anthropic_request_context
+from gateway.context import Trust, anthropic_request_context
 from gateway.errors import ProtocolError
 from gateway.policy import Policy, Route
 from gateway.protocols.base import (
     BLOCKED_TYPE,
+    Adapter,
+    Framer,
+    NativeSpans,
     RequestInfo,
+    StreamParser,
     TextDelta,
     blocked_message,
     channel_key,
@@ -386,8 +389,14 @@ def _text_delta(data: object) -> tuple[int, str] | None:
 _SLOT_NAMES = (None, "content_block_delta")
 
 
-class AnthropicStreamParser:
+class AnthropicStreamParser(StreamParser):
     """Assembles message_start / content_block_* / message_delta events into a message."""
+
+    @property
+    def native_spans(self) -> NativeSpans:
+        from gateway.protocols.anthropic_framer import AnthropicNativeSpans
+
+        return AnthropicNativeSpans()
 
     def __init__(self) -> None:
         self._message: Json | None = None
@@ -566,21 +575,37 @@ def _known_keys(citation: object) -> object:
     return {k: v for k, v in citation.items() if table is not None and k in table.fields}
 
 
-class AnthropicMessages:
+class AnthropicMessages(Adapter):
     name = NAME
+    primary_channel = channel_key(("content",))
+    terminal_event = b'message_stop"'
+    retries = True
     field_table = BODY_TABLE
     frame_table = FRAME_TABLE
 
     def request_info(self, body: Mapping[str, object]) -> RequestInfo:
         return RequestInfo(stream=body.get("stream") is True, include_usage=True, n=1)
 
-    def request_context(
-        self, body: Mapping[str, object], ctx: ContextSet, chunk_re: re.Pattern[str] | None
-    ) -> None:
-        anthropic_request_context(body, ctx, chunk_re)
+    def request_context(self, body: Mapping[str, object], ctx: ContextSet, trust: Trust) -> None:
+        anthropic_request_context(body, ctx, trust.pattern, trust)
 
     def parse(self, body: Mapping[str, object], route: Route) -> Answer:
         return parse_body(body)
+
+    def retry_request(self, request: dict[str, Any], instruction: str) -> dict[str, Any]:
+        system = request.get("system")
+        if isinstance(system, list):
+            system.append({"type": "text", "text": instruction})
+        elif isinstance(system, str) and system:
+            request["system"] = f"{system}\n\n{instruction}"
+        else:
+            request["system"] = instruction
+        return request
+
+    def progressive_framer(self, include_usage: bool) -> Framer:
+        from gateway.protocols.anthropic_framer import AnthropicFramer
+
+        return AnthropicFramer(include_usage)
 
     def stream_parser(self, route: Route) -> AnthropicStreamParser:
         return AnthropicStreamParser()

@@ -7,16 +7,20 @@ decision back into a body or a stream in that protocol's normal shape.
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from gateway.policy import Policy, Route
-from gateway.protocols.fields import allowed
+from gateway.context import Trust
+from gateway.framing import SSE_CODEC, StreamCodec
+from gateway.policy import ContextSpec, Policy, Route
+from gateway.protocols.fields import Rule, allowed
 from gateway.sse import SSEEvent
 from gateway.types import (
     Answer,
     Channel,
+    Citation,
     Claim,
     ContextSet,
     Decision,
@@ -25,9 +29,14 @@ from gateway.types import (
     TemplateName,
 )
 
+if TYPE_CHECKING:
+    from gateway.pipeline import RoutePipeline
+
 __all__ = [
     "BLOCKED_TYPE",
     "Adapter",
+    "Framer",
+    "NativeSpans",
     "RequestInfo",
     "StreamParser",
     "TextDelta",
@@ -46,6 +55,8 @@ __all__ = [
 
 # (channel key, text): the key is `channel_key(channel.path)` of the channel the text extends.
 TextDelta = tuple[str, str]
+# A key path in a policy file, for `policy check` messages.
+KeyPath = tuple[str | int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,30 +66,174 @@ class RequestInfo:
     n: int
 
 
-class StreamParser(Protocol):
+class NativeSpans(Protocol):
+    """Citations a stream carries beside its text (Anthropic citation deltas, annotations),
+    located by offset in the primary text as the stream arrives."""
+
+    def observe(self, event: SSEEvent, offset: int) -> None: ...
+
+    def overlapping(self, start: int, end: int, length: int) -> tuple[Citation, ...]: ...
+
+
+class StreamParser(ABC):
+    """A protocol's incremental stream parser: events in, text deltas per channel out, the
+    whole `Answer` at the end (ProtocolError if the stream is cut short)."""
+
+    # Context arrived in the stream after claims were checked (search results with the last
+    # frame): buffer mode then checks every claim again.
+    context_grew_late: bool = False
+
     @property
+    @abstractmethod
     def done(self) -> bool: ...
 
+    @abstractmethod
     def feed(self, event: SSEEvent) -> list[TextDelta]: ...
 
+    @abstractmethod
     def finish(self) -> Answer: ...
 
+    @property
+    def native_spans(self) -> NativeSpans | None:
+        """The stream's native citations, when the protocol has any."""
+        return None
 
-class Adapter(Protocol):
-    name: str
+    def bind_context(self, ctx: ContextSet, spec: ContextSpec) -> None:
+        """Context that arrives in the stream itself (file_search results) is added to `ctx`;
+        most protocols have none."""
+        return None
 
+
+class Framer(ABC):
+    """How progressive release writes released text in a protocol's stream shape. One per
+    stream; it learns the stream's head (ids, model) from the upstream's events."""
+
+    @abstractmethod
+    def observe(self, event: SSEEvent) -> None: ...
+
+    @property
+    @abstractmethod
+    def started(self) -> bool:
+        """Whether anything has been written to the client yet."""
+
+    @abstractmethod
+    def opening(self) -> bytes: ...
+
+    @abstractmethod
+    def text(self, text: str, citations: Sequence[Claim] = ()) -> bytes: ...
+
+    @abstractmethod
+    def tail(self, pipeline: RoutePipeline, body: Mapping[str, Any]) -> bytes:
+        """Everything of the final body but the primary text, which was already released."""
+
+    @abstractmethod
+    def template_body(self, text: str) -> dict[str, Any]:
+        """A whole answer carrying `text`, for a stream that ends in a template."""
+
+    @abstractmethod
+    def error(self, message: str, type_: str) -> bytes:
+        """The bytes that end the stream on a failure, in the protocol's error shape."""
+
+
+class Adapter(ABC):
+    """Everything protocol-specific, registered by name in `gateway.protocols.ADAPTERS`.
+    Shared code calls these methods and never names a protocol.
+
+    Optional behaviour has a default here; an adapter overrides what its protocol needs.
+    """
+
+    name: ClassVar[str]
+    # The field table of the answer body (`fields.Rule`): the level a dropped field is
+    # counted at. None: every dropped field is counted at level `top`.
+    field_table: ClassVar[Rule | None] = None
+    # The text channel a stream verifier segments while the stream arrives (`channel_key`);
+    # None: the answer is judged whole when the stream ends.
+    primary_channel: ClassVar[str | None] = None
+    # The last bytes of a well-formed stream, up to the event's closing brace; None: the
+    # adapter's `stream_relayable` decides.
+    terminal_event: ClassVar[bytes | None] = None
+    # A GET with no body is an answer too (stored responses): it is verified like one.
+    stored_answers: ClassVar[bool] = False
+    # `release.retry` applies: the request can be re-sent with a grounding instruction.
+    retries: ClassVar[bool] = False
+    # Why `release.retry` does not apply, for `policy check` to warn (None: no warning).
+    no_retry_reason: ClassVar[str | None] = None
+    # The route's `rag:` section is read (else `policy check` warns that it is ignored).
+    reads_rag: ClassVar[bool] = False
+
+    # -- the request ---------------------------------------------------------------------------
+
+    @abstractmethod
     def request_info(self, body: Mapping[str, object]) -> RequestInfo: ...
 
-    def request_context(
-        self, body: Mapping[str, object], ctx: ContextSet, chunk_re: re.Pattern[str] | None
-    ) -> None: ...
+    def streams_by_path(self, path: str) -> bool | None:
+        """Whether the path alone asks for a stream (Gemini, Bedrock); None: the body says."""
+        return None
 
+    def forward_body(self, raw: bytes, path_qs: str, policy: Policy) -> bytes:
+        """The request body to forward upstream (a rewrite such as Responses' `include`)."""
+        return raw
+
+    @abstractmethod
+    def request_context(self, body: Mapping[str, object], ctx: ContextSet, trust: Trust) -> None:
+        """Add the chunks and documents of the request's trusted places to `ctx`."""
+
+    def response_context(self, body: object, ctx: ContextSet, trust: Trust) -> None:
+        """Add context the answer itself carries (retrieval results) to `ctx`; most
+        protocols' answers carry none."""
+        return None
+
+    def retry_request(self, request: dict[str, Any], instruction: str) -> dict[str, Any]:
+        """`request` (a copy, free to change) with the grounding instruction where the
+        protocol puts it. Only called when `retries` is True."""
+        raise ValueError(f"release.retry is not supported for protocol {self.name!r}")
+
+    def lint_route(self, route: Route, at: KeyPath, policy: Policy) -> list[tuple[KeyPath, str]]:
+        """What `policy check` warns about a route of this protocol (at key path `at`), as
+        (key path, message) pairs."""
+        out: list[tuple[KeyPath, str]] = []
+        if policy.release.retry and not self.retries and self.no_retry_reason:
+            out.append((
+                ("release", "retry"),
+                f"release.retry is not applied on route {route.name!r} ({self.name}): "
+                f"{self.no_retry_reason}",
+            ))
+        if route.rag is not None and not self.reads_rag:
+            out.append(((*at, "rag"), f"rag is ignored for protocol {self.name}"))
+        return out
+
+    def relays_model_output(self, passthrough: str) -> str | None:
+        """What model output of this protocol a passthrough entry would relay unverified
+        (for `policy check` to warn), or None."""
+        return None
+
+    # -- the answer ----------------------------------------------------------------------------
+
+    @abstractmethod
     def parse(self, body: Mapping[str, object], route: Route) -> Answer: ...
 
+    @abstractmethod
     def stream_parser(self, route: Route) -> StreamParser: ...
 
+    @abstractmethod
     def needs_rewrite(self, answer: Answer, policy: Policy) -> bool: ...
 
+    def kept_fields(self, answer: Answer) -> dict[str, object]:
+        """Fields of the answer a block envelope keeps (rag-json's `rag.keep`)."""
+        return {}
+
+    def stream_relayable(self, raw: bytes) -> bool:
+        """Whether a captured stream may go out as is: it ends with its first terminal
+        event. Parsers stop there, so bytes after it were never verified."""
+        marker = self.terminal_event
+        if marker is None:
+            return False
+        at = raw.find(marker)
+        return at >= 0 and not raw[at + len(marker) :].strip(b" \t\r\n}")
+
+    # -- what the client receives --------------------------------------------------------------
+
+    @abstractmethod
     def render(
         self,
         answer: Answer,
@@ -88,16 +243,32 @@ class Adapter(Protocol):
         policy: Policy,
     ) -> dict[str, object]: ...
 
+    @abstractmethod
+    def to_stream(self, body: Mapping[str, object], include_usage: bool) -> list[SSEEvent]: ...
+
+    def stream_codec(self) -> StreamCodec:
+        """How this protocol frames streams on the wire (SSE unless overridden)."""
+        return SSE_CODEC
+
+    def progressive_framer(self, include_usage: bool) -> Framer:
+        """The framer of a progressive stream. Only called for a request whose
+        `request_info` (or `streams_by_path`) asks for a stream."""
+        raise ValueError(f"protocol {self.name!r} has no progressive streams")
+
+    @abstractmethod
     def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]: ...
 
+    @abstractmethod
     def error_event(self, message: str, type_: str) -> SSEEvent: ...
 
+    def error_headers(self, status: int) -> list[tuple[bytes, bytes]]:
+        """Extra headers on every error answer (Bedrock's `x-amzn-ErrorType`)."""
+        return []
+
+    @abstractmethod
     def relay_error(self, body: object) -> dict[str, object] | None:
         """An upstream 4xx body, if it is this protocol's error envelope, rebuilt from the
         envelope's known fields only (gateway/protocols/relay.py); else None."""
-        ...
-
-    def to_stream(self, body: Mapping[str, object], include_usage: bool) -> list[SSEEvent]: ...
 
 
 def channel_key(path: Sequence[str | int]) -> str:

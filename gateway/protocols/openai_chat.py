@@ -20,12 +20,15 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.context import openai_request_context
+from gateway.context import Trust, openai_request_context
 from gateway.errors import ProtocolError
-from gateway.policy import Policy, Route
+from gateway.policy import ContextSpec, Policy, Route
 from gateway.protocols.base import (
     BLOCKED_TYPE,
+    Adapter,
+    Framer,
     RequestInfo,
+    StreamParser,
     TextDelta,
     blocked_message,
     channel_key,
@@ -689,7 +692,7 @@ def _content_only(chunk: object) -> tuple[int, str] | None:
     return i, delta["content"]
 
 
-class OpenAIStreamParser:
+class OpenAIStreamParser(StreamParser):
     """Assembles `chat.completion.chunk` events into the body the JSON API would have sent."""
 
     def __init__(self) -> None:
@@ -709,7 +712,7 @@ class OpenAIStreamParser:
         self._ctx: ContextSet | None = None
         self.context_grew_late = False
 
-    def bind_context(self, ctx: ContextSet, spec: object) -> None:
+    def bind_context(self, ctx: ContextSet, spec: ContextSpec) -> None:
         """Perplexity search results that arrive in the stream join `ctx` as they come (on
         routes whose context comes from the response), before the claims that cite them."""
         if "response" in getattr(spec, "from_", ()):
@@ -1114,8 +1117,11 @@ def _set_path(body: Json, path: Sequence[str | int], value: object) -> None:
     node[path[-1]] = value
 
 
-class OpenAIChat:
+class OpenAIChat(Adapter):
     name = NAME
+    primary_channel = channel_key(("choices", 0, "message", "content"))
+    terminal_event = b"[DONE]"
+    retries = True
 
     def request_info(self, body: Mapping[str, object]) -> RequestInfo:
         opts = body.get("stream_options")
@@ -1127,15 +1133,23 @@ class OpenAIChat:
             n=n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1,
         )
 
-    def request_context(
-        self, body: Mapping[str, object], ctx: ContextSet, chunk_re: re.Pattern[str] | None
-    ) -> None:
-        openai_request_context(body, ctx, chunk_re)
+    def request_context(self, body: Mapping[str, object], ctx: ContextSet, trust: Trust) -> None:
+        openai_request_context(body, ctx, trust.pattern, trust)
 
     def parse(self, body: Mapping[str, object], route: Route) -> Answer:
         return parse_body(body)
 
-    def response_context(self, body: object, ctx: ContextSet) -> None:
+    def retry_request(self, request: dict[str, Any], instruction: str) -> dict[str, Any]:
+        messages = request.setdefault("messages", [])
+        messages.append({"role": "system", "content": instruction})
+        return request
+
+    def progressive_framer(self, include_usage: bool) -> Framer:
+        from gateway.protocols.openai_chat_framer import OpenAIFramer
+
+        return OpenAIFramer(include_usage)
+
+    def response_context(self, body: object, ctx: ContextSet, trust: Trust) -> None:
         """Context the response itself carries (`context.from: response`): Perplexity's
         search results and citations, for numeric `[N]` markers (`search_chunks`)."""
         ctx.extend(search_chunks(body))

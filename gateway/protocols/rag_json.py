@@ -15,18 +15,19 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gateway import jsonpointer
-from gateway.context import generic_request_context
+from gateway.context import Trust, generic_request_context
 from gateway.errors import ProtocolError
 from gateway.policy import Policy, RagSpec, Route
 from gateway.protocols.base import (
     BLOCKED_TYPE,
+    Adapter,
     RequestInfo,
+    StreamParser,
     TextDelta,
     blocked_message,
     rebuild_text,
@@ -188,7 +189,7 @@ def _set(doc: Any, tokens: Sequence[str], value: object) -> None:
         node[tokens[-1]] = value
 
 
-class RagJsonStreamParser:
+class RagJsonStreamParser(StreamParser):
     """rag-json has no token stream: each event carries a whole body; the last one counts."""
 
     def __init__(self, rag: RagSpec) -> None:
@@ -215,16 +216,15 @@ class RagJsonStreamParser:
         return parse_body(self._last, self._rag)
 
 
-class RagJson:
+class RagJson(Adapter):
     name = NAME
+    reads_rag = True
 
     def request_info(self, body: Mapping[str, object]) -> RequestInfo:
         return RequestInfo(stream=False, include_usage=False, n=1)
 
-    def request_context(
-        self, body: Mapping[str, object], ctx: ContextSet, chunk_re: re.Pattern[str] | None
-    ) -> None:
-        generic_request_context(body, ctx, chunk_re)
+    def request_context(self, body: Mapping[str, object], ctx: ContextSet, trust: Trust) -> None:
+        generic_request_context(body, ctx, trust.pattern, trust)
 
     def parse(self, body: Mapping[str, object], route: Route) -> Answer:
         return parse_body(body, _spec(route))

@@ -10,13 +10,15 @@ of scope on this protocol.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 
+from gateway.context import Trust
 from gateway.policy import Policy, Route
 from gateway.protocols.base import (
     BLOCKED_TYPE,
+    Adapter,
     RequestInfo,
+    channel_key,
     render_decision,
 )
 from gateway.protocols.bedrock.codec import BedrockCodec
@@ -41,11 +43,14 @@ __all__ = ["BedrockConverse"]
 _CODEC = BedrockCodec()
 
 
-class BedrockConverse:
+class BedrockConverse(Adapter):
     name = NAME
+    primary_channel = channel_key(("output", "message", "content"))
     field_table = BODY_TABLE
-    # A retry rewrites the body, which the client's SigV4 signature covers.
-    retries = False
+    no_retry_reason = (
+        "a re-asked request would need a new body, which the client's SigV4 signature does not "
+        "cover"
+    )
 
     def request_info(self, body: Mapping[str, object]) -> RequestInfo:
         return RequestInfo(stream=False, include_usage=True, n=1)
@@ -65,10 +70,8 @@ class BedrockConverse:
     def error_headers(self, status: int) -> list[tuple[bytes, bytes]]:
         return [(b"x-amzn-errortype", error_type(status).encode())]
 
-    def request_context(
-        self, body: Mapping[str, object], ctx: ContextSet, chunk_re: re.Pattern[str] | None
-    ) -> None:
-        request_context(body, ctx, chunk_re)
+    def request_context(self, body: Mapping[str, object], ctx: ContextSet, trust: Trust) -> None:
+        request_context(body, ctx, trust.pattern, trust)
 
     def parse(self, body: Mapping[str, object], route: Route) -> Answer:
         return parse_body(body)

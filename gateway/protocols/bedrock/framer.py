@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.errors import ProtocolError
+from gateway.protocols.base import Framer
 from gateway.protocols.bedrock.codec import EXCEPTION, BedrockCodec
 from gateway.protocols.bedrock.fields import CITATION, known_only
 from gateway.protocols.bedrock.parse import block_text, native_citation
@@ -29,7 +30,7 @@ def exception_event(message: str, type_: str) -> SSEEvent:
     return SSEEvent(data=data, event=EXCEPTION, id=exception_member(type_))
 
 
-class BedrockFramer:
+class BedrockFramer(Framer):
     def __init__(self, include_usage: bool = True) -> None:
         self.opened = False
         self.text_open = False

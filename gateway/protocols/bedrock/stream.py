@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ProtocolError
-from gateway.protocols.base import TextDelta, channel_key
+from gateway.protocols.base import StreamParser, TextDelta, channel_key
 from gateway.protocols.bedrock.codec import EXCEPTION
 from gateway.protocols.bedrock.fields import EVENT_TABLES
 from gateway.protocols.bedrock.parse import CONTENT_PATH, PRIMARY, native_citation, parse_body
@@ -58,7 +58,7 @@ class _Spans:
         return tuple(out)
 
 
-class BedrockStreamParser:
+class BedrockStreamParser(StreamParser):
     def __init__(self) -> None:
         self._started = False
         self._stopped = False
@@ -68,8 +68,12 @@ class BedrockStreamParser:
         self._length = 0
         self._top: Json = {}
         self._dropped: list[tuple[str, tuple[str | int, ...]]] = []
-        self.native_spans = _Spans()
+        self._spans = _Spans()
         self._span_of: dict[int, list[Citation]] = {}
+
+    @property
+    def native_spans(self) -> _Spans:
+        return self._spans
 
     @property
     def done(self) -> bool:
@@ -135,7 +139,7 @@ class BedrockStreamParser:
                 block.start = self._length
                 cits: list[Citation] = []
                 self._span_of[idx] = cits
-                self.native_spans.blocks.append((self._length, cits))
+                self._spans.blocks.append((self._length, cits))
         elif block.kind != kind:
             raise ProtocolError("bedrock-converse: deltas of two kinds in one content block")
         return block

@@ -4,13 +4,16 @@ and framer together behind the interface every protocol offers."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
+from gateway.context import Trust
 from gateway.policy import Policy, Route
 from gateway.protocols.base import (
     BLOCKED_TYPE,
+    Adapter,
     RequestInfo,
+    channel_key,
     render_decision,
     rule_withholds_something,
 )
@@ -24,6 +27,7 @@ from gateway.protocols.cohere.render import (
     released_body,
     to_events,
 )
+from gateway.protocols.cohere.retry import with_grounding
 from gateway.protocols.cohere.stream import CohereStreamParser, loads
 from gateway.protocols.relay import relayed_message
 from gateway.sse import SSEDecoder, SSEEvent, encode
@@ -32,17 +36,20 @@ from gateway.types import Answer, Claim, ContextSet, Outcome, Report
 __all__ = ["CohereChat"]
 
 
-class CohereChat:
+class CohereChat(Adapter):
     name = NAME
+    primary_channel = channel_key(("text", 0))  # the first text item of message.content
+    retries = True
     field_table = BODY_TABLE
 
     def request_info(self, body: Mapping[str, object]) -> RequestInfo:
         return RequestInfo(stream=body.get("stream") is True, include_usage=True, n=1)
 
-    def request_context(
-        self, body: Mapping[str, object], ctx: ContextSet, chunk_re: re.Pattern[str] | None
-    ) -> None:
-        cctx.request_context(body, ctx, chunk_re)
+    def request_context(self, body: Mapping[str, object], ctx: ContextSet, trust: Trust) -> None:
+        cctx.request_context(body, ctx, trust.pattern, trust)
+
+    def retry_request(self, request: dict[str, Any], instruction: str) -> dict[str, Any]:
+        return with_grounding(request, instruction)
 
     def parse(self, body: Mapping[str, object], route: Route) -> Answer:
         return parse_body(body)

@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gateway.protocols.base import Framer
 from gateway.protocols.cohere.parse import citation_target
 from gateway.protocols.cohere.render import (
     citation_events,
@@ -31,7 +32,7 @@ __all__ = ["CohereFramer"]
 Json = dict[str, Any]
 
 
-class CohereFramer:
+class CohereFramer(Framer):
     """One progressive `/v2/chat` stream's framing state."""
 
     def __init__(self, include_usage: bool = True) -> None:

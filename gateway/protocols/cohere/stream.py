@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.errors import ProtocolError
-from gateway.protocols.base import TextDelta, channel_key
+from gateway.protocols.base import StreamParser, TextDelta, channel_key
 from gateway.protocols.cohere.fields import EVENT_KEYS
 from gateway.protocols.cohere.parse import MISMATCH, NAME, TEXT, parse_body, valid_sources
 from gateway.protocols.fields import loads_unique
@@ -78,7 +78,7 @@ class _Item:
         return self.parts[0] if self.parts else ""
 
 
-class CohereStreamParser:
+class CohereStreamParser(StreamParser):
     """Assembles one `/v2/chat` event stream; text arrives as (channel key, text) deltas."""
 
     def __init__(self) -> None:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 from urllib.parse import unquote
 
 from gateway.context import Trust
 from gateway.policy import Policy, Route
 from gateway.protocols.base import (
+    Adapter,
     RequestInfo,
     render_decision,
     rule_withholds_something,
@@ -26,6 +28,7 @@ from gateway.protocols.gemini.render import (
     released_body,
     to_events,
 )
+from gateway.protocols.gemini.retry import with_grounding
 from gateway.protocols.gemini.stream import GeminiStreamParser
 from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
 from gateway.sse import SSEDecoder, SSEEvent, encode
@@ -64,8 +67,9 @@ def error_body(status: int, message: str) -> dict[str, object]:
     return {"error": {"code": status, "message": message, "status": status_name(status)}}
 
 
-class Gemini:
+class Gemini(Adapter):
     name = NAME
+    retries = True
     field_table = BODY_TABLE
 
     def request_info(self, body: Mapping[str, object]) -> RequestInfo:
@@ -76,10 +80,14 @@ class Gemini:
         """Whether the request asks for a stream: `:streamGenerateContent` in the path."""
         return _STREAM_PATH.search(unquote(path)) is not None
 
-    def request_context(
-        self, body: Mapping[str, object], ctx: ContextSet, chunk_re: re.Pattern[str] | None
-    ) -> None:
-        gctx.request_context(body, ctx, chunk_re, Trust(pattern=chunk_re))
+    def request_context(self, body: Mapping[str, object], ctx: ContextSet, trust: Trust) -> None:
+        gctx.request_context(body, ctx, trust.pattern, trust)
+
+    def response_context(self, body: object, ctx: ContextSet, trust: Trust) -> None:
+        gctx.response_context(body, ctx)
+
+    def retry_request(self, request: dict[str, Any], instruction: str) -> dict[str, Any]:
+        return with_grounding(request, instruction)
 
     def parse(self, body: Mapping[str, object], route: Route) -> Answer:
         return parse_body(body)

@@ -9,6 +9,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from gateway.protocols.base import Framer
 from gateway.protocols.gemini.render import to_events
 from gateway.sse import SSEEvent, encode
 from gateway.types import Claim
@@ -26,7 +27,7 @@ def error_chunk(message: str, type_: str) -> bytes:
     return encode(SSEEvent(data=json.dumps(error_body(code, message))))
 
 
-class GeminiFramer:
+class GeminiFramer(Framer):
     def __init__(self, include_usage: bool) -> None:
         self.include_usage = include_usage
 

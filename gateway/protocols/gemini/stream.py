@@ -14,7 +14,7 @@ from typing import Any
 
 from gateway.errors import ProtocolError
 from gateway.policy import ContextSpec
-from gateway.protocols.base import TextDelta, channel_key
+from gateway.protocols.base import StreamParser, TextDelta, channel_key
 from gateway.protocols.fields import FieldLog, clean, loads_unique
 from gateway.protocols.gemini.fields import BODY_TABLE
 from gateway.protocols.gemini.parse import parse_body
@@ -110,7 +110,7 @@ class _Candidate:
         return cand
 
 
-class GeminiStreamParser:
+class GeminiStreamParser(StreamParser):
     """Assembles stream chunks into one GenerateContentResponse."""
 
     def __init__(self) -> None:

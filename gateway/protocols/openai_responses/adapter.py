@@ -5,18 +5,21 @@ context and framer together behind the interface every protocol offers."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gateway.context import Trust
 from gateway.policy import Policy, Route
 from gateway.protocols.base import (
     BLOCKED_TYPE,
+    Adapter,
     RequestInfo,
+    channel_key,
     render_decision,
 )
 from gateway.protocols.openai_responses import context as rctx
 from gateway.protocols.openai_responses.framer import ResponsesFramer
+from gateway.protocols.openai_responses.lint import returns_model_output
 from gateway.protocols.openai_responses.parse import NAME, parse_body
 from gateway.protocols.openai_responses.render import (
     abstained_body,
@@ -25,6 +28,7 @@ from gateway.protocols.openai_responses.render import (
     to_events,
     withholds_something,
 )
+from gateway.protocols.openai_responses.retry import with_grounding
 from gateway.protocols.openai_responses.stream import TERMINAL, ResponsesStreamParser, loads
 from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
 from gateway.sse import SSEDecoder, SSEEvent, encode
@@ -33,8 +37,10 @@ from gateway.types import Answer, Claim, ContextSet, Outcome, Report
 __all__ = ["OpenAIResponses"]
 
 
-class OpenAIResponses:
+class OpenAIResponses(Adapter):
     name = NAME
+    primary_channel = channel_key(("output_text", 0))
+    retries = True
     # A GET of a stored response (`/v1/responses/{id}`, background-mode polling) is an answer
     # too: the proxy verifies it with an empty request.
     stored_answers = True
@@ -42,10 +48,17 @@ class OpenAIResponses:
     def request_info(self, body: Mapping[str, object]) -> RequestInfo:
         return RequestInfo(stream=body.get("stream") is True, include_usage=True, n=1)
 
-    def request_context(
-        self, body: Mapping[str, object], ctx: ContextSet, chunk_re: re.Pattern[str] | None
-    ) -> None:
-        rctx.request_context(body, ctx, chunk_re)
+    def request_context(self, body: Mapping[str, object], ctx: ContextSet, trust: Trust) -> None:
+        rctx.request_context(body, ctx, trust.pattern, trust)
+
+    def response_context(self, body: object, ctx: ContextSet, trust: Trust) -> None:
+        rctx.response_context(body, ctx, trust.pattern, trust)
+
+    def retry_request(self, request: dict[str, Any], instruction: str) -> dict[str, Any]:
+        return with_grounding(request, instruction)
+
+    def relays_model_output(self, passthrough: str) -> str | None:
+        return returns_model_output(passthrough)
 
     def forward_body(self, raw: bytes, path_qs: str, policy: Policy) -> bytes:
         """The request body to forward (with the file_search results asked for)."""

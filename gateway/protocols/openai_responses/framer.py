@@ -14,6 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gateway.protocols.base import Framer
 from gateway.protocols.openai_responses.parse import parse_body
 from gateway.protocols.openai_responses.render import (
     Events,
@@ -37,7 +38,7 @@ def _identity(item: Mapping[str, Any]) -> tuple[object, ...]:
     return (item.get("type"), item.get("id"), item.get("call_id"))
 
 
-class ResponsesFramer:
+class ResponsesFramer(Framer):
     """One progressive Responses stream's framing state."""
 
     def __init__(self, include_usage: bool = True) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.errors import ProtocolError
-from gateway.protocols.base import TextDelta, channel_key
+from gateway.protocols.base import StreamParser, TextDelta, channel_key
 from gateway.protocols.openai_responses.context import file_search_chunks
 from gateway.protocols.openai_responses.parse import TEXT, annotation_spans, parse_body
 from gateway.sse import SSEEvent
@@ -95,7 +95,7 @@ def _int(data: Mapping[str, Any], key: str) -> int:
     return v
 
 
-class ResponsesStreamParser:
+class ResponsesStreamParser(StreamParser):
     """Assembles one Responses event stream; text arrives as (channel key, text) deltas."""
 
     def __init__(self) -> None:
