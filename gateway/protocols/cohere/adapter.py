@@ -69,12 +69,19 @@ class CohereChat(Adapter):
 
     def stream_relayable(self, raw: bytes) -> bool:
         """A captured stream goes out as the upstream's bytes only when it ends with
-        `message-end` and holds nothing but the event lines the gateway would write."""
+        `message-end` and holds nothing but the event lines the gateway would write. The
+        parser stops at the first `message-end`: a stream with any event after it is never
+        relayed."""
         decoder = SSEDecoder()
         events = decoder.feed(raw) + decoder.finish()
         if not events:
             return False
         try:
+            if any(
+                "message-end" in e.data and loads(e.data).get("type") == "message-end"
+                for e in events[:-1]
+            ):
+                return False
             last = loads(events[-1].data).get("type")
         except Exception:
             return False

@@ -37,6 +37,13 @@ from gateway.types import Answer, Claim, ContextSet, Outcome, Report
 __all__ = ["OpenAIResponses"]
 
 
+def _event_type(event: SSEEvent) -> object:
+    """The `type` of an event's JSON data (parsed only when it could be terminal)."""
+    if "response." not in event.data:
+        return None
+    return loads(event.data).get("type")
+
+
 class OpenAIResponses(Adapter):
     name = NAME
     primary_channel = channel_key(("output_text", 0))
@@ -79,13 +86,16 @@ class OpenAIResponses(Adapter):
     def stream_relayable(self, raw: bytes) -> bool:
         """Whether a captured stream may be relayed as the upstream's bytes: it ends with its
         terminal event and holds nothing but `event:` + `data:` lines the gateway would have
-        written itself (no comments, ids, retries or bytes after the end)."""
+        written itself (no comments, ids, retries or bytes after the end). The parser stops at
+        the first terminal event: a stream with another event after it is never relayed."""
         decoder = SSEDecoder()
         events = decoder.feed(raw) + decoder.finish()
         if not events:
             return False
         try:
-            last = loads(events[-1].data).get("type")
+            if any(_event_type(e) in TERMINAL for e in events[:-1]):
+                return False
+            last = _event_type(events[-1])
         except Exception:
             return False
         return last in TERMINAL and b"".join(encode(e) for e in events) == raw
