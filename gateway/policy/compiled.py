@@ -1,0 +1,62 @@
+"""A policy's regexes and lookups, compiled once when it is validated.
+
+The hot path (`Verifier`, `CitationParser`, `trust_of`) reads these objects and compiles nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.policy.model import Policy, Route
+
+__all__ = [
+    "CHUNK_PATTERN_FLAGS",
+    "CompiledPolicy",
+    "chunk_regex",
+    "compile_policy",
+    "compile_regex",
+]
+
+# Chunk regexes match across lines, as the built-in `<chunk>` form does.
+CHUNK_PATTERN_FLAGS = re.S
+
+
+def compile_regex(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    """`pattern` compiled; a ValueError (a policy error at its key) when it is not a regex."""
+    try:
+        return re.compile(pattern, flags)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from None
+
+
+def chunk_regex(pattern: str) -> re.Pattern[str]:
+    """A `context.chunk_pattern`, compiled with the one set of flags chunk patterns get."""
+    return compile_regex(pattern, CHUNK_PATTERN_FLAGS)
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledPolicy:
+    """Everything the hot path needs, compiled once at load."""
+
+    citation_pattern: re.Pattern[str] | None  # format: regex only
+    chunk_pattern: re.Pattern[str] | None  # None: the built-in <chunk …> form
+    exempt: tuple[re.Pattern[str], ...]
+    checks: frozenset[str]
+    routes: Mapping[str, Route]  # by name
+
+
+def compile_policy(policy: Policy) -> CompiledPolicy:
+    """The compiled form of a validated policy (its sections already hold their own regexes)."""
+    citations = policy.citations
+    return CompiledPolicy(
+        citation_pattern=citations.regex if citations.format == "regex" else None,
+        chunk_pattern=policy.context.chunk_re,
+        exempt=tuple(compile_regex(p) for p in policy.claims.exempt),
+        checks=frozenset(policy.checks),
+        routes=types.MappingProxyType({r.name: r for r in policy.routes}),
+    )
