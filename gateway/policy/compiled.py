@@ -51,12 +51,13 @@ class CompiledPolicy:
 
 
 def compile_policy(policy: Policy) -> CompiledPolicy:
-    """The compiled form of a validated policy (its sections already hold their own regexes)."""
+    """The compiled form of a validated policy: its sections compiled their own regexes when
+    they were validated; this gathers them."""
     citations = policy.citations
     return CompiledPolicy(
         citation_pattern=citations.regex if citations.format == "regex" else None,
         chunk_pattern=policy.context.chunk_re,
-        exempt=tuple(compile_regex(p) for p in policy.claims.exempt),
+        exempt=policy.claims.exempt_re,
         checks=frozenset(policy.checks),
         routes=types.MappingProxyType({r.name: r for r in policy.routes}),
     )

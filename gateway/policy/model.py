@@ -305,6 +305,18 @@ class ClaimsSpec(_Model):
     exempt: list[RegexStr] = Field(default_factory=lambda: list(DEFAULT_EXEMPT))
     title_words: int = Field(default=8, ge=0)  # a longer heading, or one with a digit, is a claim
     code: Literal["exempt", "check"] = "exempt"  # text in a code fence: no claim / a claim
+    # Compiled once at load; the hot path reads only this.
+    _exempt_re: tuple[re.Pattern[str], ...] = PrivateAttr(default=())
+
+    @model_validator(mode="after")
+    def _compile_exempt(self) -> ClaimsSpec:
+        self._exempt_re = tuple(compile_regex(p) for p in self.exempt)
+        return self
+
+    @property
+    def exempt_re(self) -> tuple[re.Pattern[str], ...]:
+        """The compiled `exempt` patterns, in order."""
+        return self._exempt_re
 
 
 class LexicalBounds(_Model):
