@@ -9,7 +9,7 @@ import re
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gateway.policy.model import Policy, Route
@@ -48,6 +48,24 @@ class CompiledPolicy:
     exempt: tuple[re.Pattern[str], ...]
     checks: frozenset[str]
     routes: Mapping[str, Route]  # by name
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A mappingproxy neither pickles nor deep-copies, and a Policy carries this object:
+        # rebuild it from a plain dict so a copied or pickled Policy still works.
+        fields = (self.citation_pattern, self.chunk_pattern, self.exempt, self.checks)
+        return (_rebuild, (*fields, dict(self.routes)))
+
+
+def _rebuild(
+    citation_pattern: re.Pattern[str] | None,
+    chunk_pattern: re.Pattern[str] | None,
+    exempt: tuple[re.Pattern[str], ...],
+    checks: frozenset[str],
+    routes: dict[str, Route],
+) -> CompiledPolicy:
+    return CompiledPolicy(
+        citation_pattern, chunk_pattern, exempt, checks, types.MappingProxyType(routes)
+    )
 
 
 def compile_policy(policy: Policy) -> CompiledPolicy:

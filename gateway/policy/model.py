@@ -102,7 +102,7 @@ class Match(_Model):
 
 
 class RagSpec(_Model):
-    """JSON pointers (RFC 6901) into a rag-json response, and field names inside items."""
+    """JSON pointers (RFC 6901) into a JSON RAG response, and field names inside items."""
 
     answer: str | None = None
     claims: str | None = None
