@@ -128,9 +128,10 @@ class CitationParser:
         self._format = spec.format
         self._regex: re.Pattern[str] | None = None
         if spec.format == "regex":
-            if not spec.pattern:
+            # Compiled (and its `id` group checked) once, when the policy was validated.
+            rx = spec.regex
+            if rx is None:
                 raise ValueError("citations.format 'regex' needs citations.pattern")
-            rx = re.compile(spec.pattern)
             if "id" not in rx.groupindex:
                 raise ValueError("citations.pattern needs a named group 'id'")
             self._regex = rx

@@ -168,14 +168,15 @@ class ClaimSegmenter:
     def __init__(
         self,
         parser: CitationParser,
-        exempt: Sequence[str | re.Pattern[str]] = (),
+        exempt: Sequence[re.Pattern[str]] = (),
         *,
         title_words: int = 8,
         code: CodeRule = "exempt",
     ) -> None:
         self._parser = parser
         self._regex = parser.format == "regex"
-        self._exempt = [re.compile(p) if isinstance(p, str) else p for p in exempt]
+        # Compiled once with the policy (`ClaimsSpec.exempt_re`); nothing is compiled here.
+        self._exempt = tuple(exempt)
         self._fullmatch = [p.fullmatch for p in self._exempt]
         self._title = title_words
         self._code = code
@@ -653,7 +654,7 @@ def list_label_end(text: str) -> int:
 def segment(
     text: str,
     parser: CitationParser,
-    exempt: Sequence[str | re.Pattern[str]] = (),
+    exempt: Sequence[re.Pattern[str]] = (),
     *,
     title_words: int = 8,
     code: CodeRule = "exempt",

@@ -15,11 +15,6 @@ from typing import Any, TextIO
 
 from gateway.errors import GatewayError, PolicyError
 
-PROTOCOLS = (
-    "openai-chat", "openai-responses", "anthropic-messages", "rag-json",
-    "bedrock-converse", "cohere-chat", "gemini"
-)
-
 
 def _env(name: str, default: str | None = None) -> str | None:
     """CITEWARDEN_<name> as a flag default; argparse applies the flag's `type` to a string
@@ -170,9 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
         "PATH instead of stdout, which then shows only the banner (env CITEWARDEN_AUDIT_FILE)",
     )
 
+    # The protocol names are the adapter registry's, imported when a parser is built rather
+    # than with this module.
+    from gateway.protocols import ADAPTERS
+
     verify = sub.add_parser("verify", help="verify one captured exchange offline")
     verify.add_argument("--policy", required=True)
-    verify.add_argument("--protocol", required=True, help=" | ".join(PROTOCOLS))
+    verify.add_argument("--protocol", required=True, help=" | ".join(ADAPTERS))
     verify.add_argument("--request", required=True, help="the request body (JSON)")
     verify.add_argument("--response", required=True, help="the response: JSON body or .sse capture")
     verify.add_argument("--route", default=None, help="route name (default: first of the protocol)")

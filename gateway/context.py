@@ -43,7 +43,6 @@ __all__ = [
     "build_context",
     "chunk_signature",
     "chunks_in_text",
-    "compile_chunk_pattern",
     "generic_request_context",
     "header_chunks",
     "openai_request_context",
@@ -121,11 +120,6 @@ def trust_of(spec: ContextSpec) -> Trust:
 def _unescape(s: str) -> str:
     # One pass, so "&amp;lt;" becomes "&lt;" and is not unescaped twice.
     return _ENTITY.sub(lambda m: _ENTITIES[m.group(1)], s)
-
-
-def compile_chunk_pattern(spec: ContextSpec) -> re.Pattern[str] | None:
-    """The policy's chunk regex, compiled once at policy load (None = the default tags)."""
-    return spec.chunk_re
 
 
 # -- signing -----------------------------------------------------------------------------------

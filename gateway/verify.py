@@ -1,8 +1,9 @@
 """Run a policy's checks over the claims of an answer and produce a Report.
 
-A `Verifier` compiles the citation parser, exempt patterns and checks once per policy. Sync
-checks run per claim; async (remote) checks run in `averify` as one batch per check under a
-deadline, where an overrun or crash is an error verdict, never a pass.
+A `Verifier` builds the citation parser and checks once per policy, from the regexes the policy
+compiled at load (`Policy.compiled`). Sync checks run per claim; async (remote) checks run in
+`averify` as one batch per check under a deadline, where an overrun or crash is an error
+verdict, never a pass.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class Verifier:
     def __init__(self, p: policy.Policy, checks: Sequence[AnyCheck] | None = None) -> None:
         self.policy = p
         self.parser = CitationParser(p.citations)
-        self._exempt = [re.compile(x) for x in p.claims.exempt]
+        self._exempt = p.compiled.exempt  # compiled once, when the policy was validated
         # Whole texts (JSON answers, tool arguments, a stream's final text) are segmented by
         # `whole`, which leaves this segmenter's own streaming state alone: one serves all.
         self._whole = self.segmenter()

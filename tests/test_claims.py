@@ -1,12 +1,16 @@
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.citations import CitationParser
 from gateway.claims import ClaimSegmenter, Segment, segment
-from gateway.policy import DEFAULT_EXEMPT, Citations
+from gateway.policy import Citations, ClaimsSpec
 
 PARSER = CitationParser(Citations())
+# The default exempt patterns as a policy compiles them at load.
+DEFAULT_EXEMPT = ClaimsSpec().exempt_re
 
 
 def texts(text: str) -> list[str]:
@@ -118,7 +122,9 @@ def test_exempt_claims() -> None:
         ("The sky is blue [a:1].", False),
     ]
     # A pattern must match the whole claim: a prefix is not enough.
-    custom = segment("Disclaimer: none. Fact [a:1].", PARSER, [r"^Disclaimer.*", r"Fact"])
+    custom = segment(
+        "Disclaimer: none. Fact [a:1].", PARSER, [re.compile(r"^Disclaimer.*"), re.compile(r"Fact")]
+    )
     assert [s.exempt for s in custom] == [True, False]
 
 

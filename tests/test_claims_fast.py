@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gateway.citations import CitationParser
 from gateway.claims import ClaimSegmenter, Segment, segment
-from gateway.policy import DEFAULT_EXEMPT, Citations
+from gateway.policy import Citations, ClaimsSpec
 
 PARSERS = {
     "doc-chunk": CitationParser(Citations(format="doc-chunk")),
@@ -23,10 +23,12 @@ PARSERS = {
         Citations(format="regex", pattern=r"<(?P<id>[\w:]*)(?:@(?P<version>\w*))?>")
     ),
 }
-EXEMPTS: list[list[str | re.Pattern[str]]] = [
+# The default exempt patterns as a policy compiles them at load.
+DEFAULT_EXEMPT = ClaimsSpec().exempt_re
+EXEMPTS: list[list[re.Pattern[str]]] = [
     [],
     list(DEFAULT_EXEMPT),
-    [*DEFAULT_EXEMPT, r"^Disclaimer", re.compile(r"(?i)maybe"), r"\[a:1\]$"],
+    [*DEFAULT_EXEMPT, *(re.compile(p) for p in (r"^Disclaimer", r"(?i)maybe", r"\[a:1\]$"))],
 ]
 
 # Pieces rich in what decides a claim's end: abbreviations, initials, decimals and versions,

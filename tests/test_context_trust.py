@@ -368,7 +368,8 @@ def test_chunk_pattern_is_compiled_once_at_load_with_dotall() -> None:
     loaded = from_model(policy)
     compiled = loaded.compiled.chunk_pattern
     assert compiled is not None and compiled.flags & re.S
-    assert context_mod.compile_chunk_pattern(policy.context) is compiled
+    assert policy.context.chunk_re is compiled
+    assert context_mod.trust_of(policy.context).pattern is compiled
     ctx = build_context("openai-chat", policy.context, request=openai(("system", "[[a|one\ntwo]]")))
     assert ctx.chunks == {"a": Chunk("a", "one\ntwo")}
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gateway.citations import CitationParser
 from gateway.claims import ClaimSegmenter
-from gateway.policy import DEFAULT_EXEMPT, Citations
+from gateway.policy import Citations, ClaimsSpec
 from gateway.sse import SSEDecoder
 from tests.conftest import fuzz_examples
 
@@ -134,7 +134,7 @@ def test_citation_parser_takes_any_text(text: str, fmt: str) -> None:
 )
 def test_claim_segmenter_takes_any_text_cut_anywhere(text: str, fmt: str, cuts: list[int]) -> None:
     parser = CitationParser(Citations.model_validate({"format": fmt}))
-    seg = ClaimSegmenter(parser, DEFAULT_EXEMPT)
+    seg = ClaimSegmenter(parser, ClaimsSpec().exempt_re)
     whole = seg.whole(text)
     pieces = [
         text[a:b]
@@ -144,7 +144,7 @@ def test_claim_segmenter_takes_any_text_cut_anywhere(text: str, fmt: str, cuts: 
             strict=True,
         )
     ]
-    inc = ClaimSegmenter(parser, DEFAULT_EXEMPT)
+    inc = ClaimSegmenter(parser, ClaimsSpec().exempt_re)
     streamed = [s for p in pieces for s in inc.feed(p)] + inc.finish()
     assert streamed == whole
     last = 0
