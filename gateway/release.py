@@ -1,17 +1,14 @@
-"""The release decision (one exhaustive match), partial-answer rebuild and templates.
+"""The release decision (one exhaustive match) and the text of its templates.
 
 An answer is released only when every claim verified or is exempt; an unknown state raises.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-
 from gateway import policy
-from gateway.types import Claim, ClaimReport, Decision, Outcome, Report, TemplateName
+from gateway.types import ClaimReport, Decision, Outcome, Report, TemplateName
 
-__all__ = ["decide", "rebuild_text", "template_text"]
+__all__ = ["decide", "template_text"]
 
 
 def _state(report: Report) -> str:
@@ -62,10 +59,19 @@ def decide(report: Report, release: policy.Release) -> Outcome:
 
 
 def template_text(outcome: Outcome, templates: policy.Templates) -> str | None:
-    """The policy text of the template an outcome names, or None when it names none."""
-    match outcome.template:
-        case None:
-            return None
+    """The policy text an outcome shows: the template it names, else its decision's own
+    (abstained: no_evidence, review: review_required); None when it shows none (released,
+    blocked)."""
+    name = outcome.template
+    if name is None:
+        match outcome.decision:
+            case Decision.ABSTAINED:
+                name = "no_evidence"
+            case Decision.REVIEW:
+                name = "review_required"
+            case _:
+                return None
+    match name:
         case "no_evidence":
             return templates.no_evidence
         case "verifier_unavailable":
@@ -76,51 +82,3 @@ def template_text(outcome: Outcome, templates: policy.Templates) -> str | None:
             return templates.review_required
         case "stale_source":
             return templates.stale_source
-
-
-_LIST_PREFIX = re.compile(r"[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t]+$|[ \t]+$")
-
-
-def _line_prefix(text: str, start: int) -> str:
-    """The list marker / indentation before a claim on its line, if that is all there is."""
-    line_start = text.rfind("\n", 0, start) + 1
-    prefix = text[line_start:start]
-    return prefix if _LIST_PREFIX.fullmatch(prefix) else ""
-
-
-def rebuild_text(text: str, kept: Sequence[Claim], disclosure: str | None) -> str:
-    """The kept claims' text verbatim, in order, then a blank line and the disclosure.
-
-    Claims on one line are joined by a space; a claim that started a new line in `text` starts
-    one here too (keeping its list marker), and a paragraph break stays a blank line. Claims of
-    one channel only; claims without a span in `text` (unlocated structured claims) are joined
-    as separate lines.
-    """
-    parts: list[str] = []
-    prev: Claim | None = None
-    for claim in sorted(kept, key=lambda c: c.index):
-        if claim.start < 0:
-            if parts:
-                parts.append("\n")
-            parts.append(claim.text)
-            prev = None
-            continue
-        body = text[claim.start : claim.end]
-        if prev is None:
-            if parts:
-                parts.append("\n")
-            parts.append(_line_prefix(text, claim.start) + body)
-        else:
-            gap = text[prev.end : claim.start]
-            newlines = gap.count("\n")
-            if newlines == 0:
-                parts.append(" " + body)
-            else:
-                blank = newlines > 1 and "\n\n" in gap.replace(" ", "").replace("\t", "")
-                sep = "\n\n" if blank else "\n"
-                parts.append(sep + _line_prefix(text, claim.start) + body)
-        prev = claim
-    out = "".join(parts)
-    if disclosure:
-        out = f"{out}\n\n{disclosure}" if out else disclosure
-    return out

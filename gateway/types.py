@@ -5,42 +5,21 @@ Nothing here does I/O or knows a protocol; these are the nouns the rest of the g
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import functools
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 _T = TypeVar("_T")
 
 
 def _quick_init(cls: type[_T]) -> type[_T]:
-    """Give a frozen, slotted dataclass a quicker `__init__` with the same signature.
-
-    The generated one sets each field through `object.__setattr__` (a frozen class refuses
-    plain assignment); calling each slot's descriptor directly does the same in about half
-    the time, which counts for the values made per claim of every answer.
-    """
-    params: list[str] = []
-    body: list[str] = []
-    ns: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if not f.init or f.default_factory is not dataclasses.MISSING or f.kw_only:
-            raise TypeError(f"{cls.__name__}.{f.name}: only plain fields are supported")
-        if f.default is dataclasses.MISSING:
-            params.append(f.name)
-        else:
-            ns[f"_d_{f.name}"] = f.default
-            params.append(f"{f.name}=_d_{f.name}")
-        ns[f"_s_{f.name}"] = getattr(cls, f.name).__set__
-        body.append(f"    _s_{f.name}(self, {f.name})")
-    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body), ns)
-    init: Callable[..., None] = ns["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    cls.__init__ = init  # type: ignore[method-assign]
+    """Does nothing: kept only so that `gateway/claims.py` (`Segment`) still imports it while
+    its owner is busy elsewhere. Remove it together with that decorator."""
     return cls
+
 
 # --------------------------------------------------------------------------------------------
 # Context
@@ -174,7 +153,6 @@ class NativeLocation:
     end: int | None = None  # end_char_index / end_page_number / end_block_index (exclusive)
 
 
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class Citation:
     """A citation attached to a claim.
@@ -193,7 +171,6 @@ class Citation:
     native: NativeLocation | None = None
 
 
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class Claim:
     """A sentence or list item whose truth depends on its citations.
@@ -245,7 +222,6 @@ class Status(enum.Enum):
     ERROR = "error"
 
 
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class CheckResult:
     """The outcome of one check on one claim. A value, never an exception.
@@ -277,7 +253,6 @@ class CheckResult:
 Verdict = Literal["verified", "failed", "errored", "exempt"]
 
 
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class ClaimReport:
     """A claim's verdict: the first non-pass result in policy check order decides it."""

@@ -40,6 +40,32 @@ def test_rebuild_joins_sentences_with_space_and_keeps_list_items() -> None:
     assert rebuild_text(s, [], "D.") == "D."
 
 
+def _span(text: str, part: str, index: int = 0) -> Claim:
+    at = text.index(part)
+    return Claim(index, 0, part, at, at + len(part))
+
+
+def test_rebuild_same_line() -> None:
+    text = "One [a:1]. Bad [z:9]. Three [b:2]."
+    kept = [_span(text, "One [a:1]."), _span(text, "Three [b:2].")]
+    assert rebuild_text(text, kept, "Note.") == "One [a:1]. Three [b:2].\n\nNote."
+
+
+def test_rebuild_list_items_and_paragraphs() -> None:
+    # A list item keeps its marker on its own line; a paragraph break becomes a line break.
+    text = "Intro [a:1].\n\n- one [a:1]\n- bad [z:9]\n- three [b:2]\n\nOutro [c:1]."
+    kept = [_span(text, p) for p in ("Intro [a:1].", "one [a:1]", "three [b:2]", "Outro [c:1].")]
+    assert rebuild_text(text, kept, None) == (
+        "Intro [a:1].\n- one [a:1]\n- three [b:2]\nOutro [c:1]."
+    )
+
+
+def test_rebuild_numbered_items() -> None:
+    text = "1. first [a:1]\n2. second [b:2]"
+    assert rebuild_text(text, [_span(text, "second [b:2]")], "D") == "2. second [b:2]\n\nD"
+    assert rebuild_text(text, [], "D") == "D"
+
+
 def test_openai_partial_removes_claim_from_every_choice_reasoning_and_logprobs() -> None:
     adapter = ADAPTERS["openai-chat"]
     answer = parse_json("openai-chat", "partial.json")

@@ -1,7 +1,7 @@
 import pytest
 
 from gateway.policy import Release, Templates
-from gateway.release import decide, rebuild_text, template_text
+from gateway.release import decide, template_text
 from gateway.types import Claim, ClaimReport, Decision, Outcome, Report, Verdict
 
 
@@ -93,27 +93,9 @@ def test_template_text() -> None:
         assert got == getattr(t, name)
 
 
-def span(text: str, part: str, index: int = 0) -> Claim:
-    at = text.index(part)
-    return Claim(index, 0, part, at, at + len(part))
 
-
-def test_rebuild_same_line() -> None:
-    text = "One [a:1]. Bad [z:9]. Three [b:2]."
-    kept = [span(text, "One [a:1]."), span(text, "Three [b:2].")]
-    assert rebuild_text(text, kept, "Note.") == "One [a:1]. Three [b:2].\n\nNote."
-
-
-def test_rebuild_list_items_and_paragraphs() -> None:
-    text = "Intro [a:1].\n\n- one [a:1]\n- bad [z:9]\n- three [b:2]\n\nOutro [c:1]."
-    kept = [span(text, p) for p in ("Intro [a:1].", "one [a:1]", "three [b:2]", "Outro [c:1].")]
-    assert rebuild_text(text, kept, None) == (
-        "Intro [a:1].\n\n- one [a:1]\n- three [b:2]\n\nOutro [c:1]."
-    )
-
-
-def test_rebuild_numbered_items_and_unlocated_claims() -> None:
-    text = "1. first [a:1]\n2. second [b:2]"
-    kept = [span(text, "second [b:2]"), Claim(5, 0, "Structured.", -1, -1)]
-    assert rebuild_text(text, kept, "D") == "2. second [b:2]\nStructured.\n\nD"
-    assert rebuild_text(text, [], "D") == "D"
+def test_template_text_of_an_outcome_naming_none_is_its_decisions() -> None:
+    t = Templates(no_evidence="NE", review_required="RR")
+    assert template_text(Outcome(Decision.ABSTAINED), t) == "NE"
+    assert template_text(Outcome(Decision.REVIEW), t) == "RR"
+    assert template_text(Outcome(Decision.BLOCKED, "hallucinated_citation", 0), t) is None

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from gateway import release
 from gateway.context import Trust
 from gateway.framing import SSE_CODEC, StreamCodec
 from gateway.policy import ContextSpec, Policy, Route
@@ -305,7 +306,11 @@ def blocked_message(outcome: Outcome) -> str:
 
 
 def template_text(outcome: Outcome, policy: Policy, default: TemplateName) -> str:
-    return str(getattr(policy.release.templates, outcome.template or default))
+    """Compatibility only: openai_chat.py and anthropic_messages.py still call this while
+    they are split into packages. New code calls `release.template_text`; remove this once
+    they do."""
+    text = release.template_text(outcome, policy.release.templates)
+    return text if text is not None else str(getattr(policy.release.templates, default))
 
 
 Body = dict[str, object]
@@ -328,10 +333,9 @@ def render_decision(
             return released()
         case Decision.PARTIAL:
             return partial()
-        case Decision.ABSTAINED:
-            return template(template_text(outcome, policy, "no_evidence"))
-        case Decision.REVIEW:
-            return template(template_text(outcome, policy, "review_required"))
+        case Decision.ABSTAINED | Decision.REVIEW:
+            # Never None for these two decisions: each shows a template.
+            return template(release.template_text(outcome, policy.release.templates) or "")
         case Decision.BLOCKED:
             return blocked(blocked_message(outcome))
         case _:

@@ -29,15 +29,14 @@ from gateway.protocols.base import (
     RequestInfo,
     StreamParser,
     TextDelta,
-    blocked_message,
     rebuild_text,
+    render_decision,
     split_claims,
-    template_text,
 )
 from gateway.protocols.fields import loads_unique
 from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
 from gateway.sse import SSEEvent
-from gateway.types import Answer, Channel, Claim, ContextSet, Decision, Outcome, Report
+from gateway.types import Answer, Channel, Claim, ContextSet, Outcome, Report
 
 __all__ = ["KEEP_MAX_CHARS", "RagAnswer", "RagJson", "RagJsonStreamParser"]
 
@@ -254,23 +253,16 @@ class RagJson(Adapter):
         report: Report,
         policy: Policy,
     ) -> dict[str, object]:
-        match outcome.decision:
-            case Decision.RELEASED:
-                return self._skeleton(answer, policy)
-            case Decision.PARTIAL:
-                return self._partial(answer, claims, outcome, policy)
-            case Decision.ABSTAINED:
-                return self._template(answer, policy, template_text(outcome, policy, "no_evidence"))
-            case Decision.REVIEW:
-                return self._template(
-                    answer, policy, template_text(outcome, policy, "review_required")
-                )
-            case Decision.BLOCKED:
-                return self.error_envelope(
-                    policy.release.block_status, blocked_message(outcome), BLOCKED_TYPE
-                )
-            case _:
-                raise ValueError(f"unknown decision {outcome.decision!r}")
+        return render_decision(
+            outcome,
+            policy,
+            released=lambda: self._skeleton(answer, policy),
+            partial=lambda: self._partial(answer, claims, outcome, policy),
+            template=lambda text: self._template(answer, policy, text),
+            blocked=lambda message: self.error_envelope(
+                policy.release.block_status, message, BLOCKED_TYPE
+            ),
+        )
 
     @staticmethod
     def _paths(answer: Answer) -> list[tuple[str, ...]]:
