@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gateway.citations import CitationParser, Marker
-from gateway.types import Citation, _quick_init
+from gateway.types import Citation
 
 __all__ = [
     "MAX_GROUP",
@@ -65,7 +65,6 @@ __all__ = [
 CodeRule = Literal["exempt", "check"]
 
 
-@_quick_init
 @dataclass(frozen=True, slots=True)
 class Segment:
     """One claim: `text == source[start:end]`, trailing citation markers included."""

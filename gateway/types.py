@@ -10,16 +10,7 @@ import functools
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
-
-_T = TypeVar("_T")
-
-
-def _quick_init(cls: type[_T]) -> type[_T]:
-    """Does nothing: kept only so that `gateway/claims.py` (`Segment`) still imports it while
-    its owner is busy elsewhere. Remove it together with that decorator."""
-    return cls
-
+from typing import Literal
 
 # --------------------------------------------------------------------------------------------
 # Context
