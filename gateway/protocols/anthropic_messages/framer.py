@@ -1,5 +1,6 @@
-"""Progressive release's framer for anthropic-messages (released text as one text block of
-a message stream), and the native citation spans of a message stream."""
+"""Progressive release for anthropic-messages: verified claims go out as text deltas of one
+text block (index 0), each preceded by its native citations; the rest of the answer follows
+once the whole answer is judged, and a failure ends the stream with an `error` event."""
 
 from __future__ import annotations
 
@@ -7,18 +8,30 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from gateway.errors import ProtocolError
-from gateway.pipeline import dumps
-from gateway.protocols.anthropic_messages import BODY_TABLE, AnthropicMessages, native_citation
+from gateway.protocols.anthropic_messages.fields import BODY_TABLE, CITATION_FIELDS
+from gateway.protocols.anthropic_messages.parse import Json
+from gateway.protocols.anthropic_messages.render import error_event, stream_events
 from gateway.protocols.base import Framer
-from gateway.protocols.fields import FieldLog, clean
+from gateway.protocols.fields import FieldLog, clean, loads_unique
 from gateway.sse import SSEEvent, encode, encode_data
-from gateway.types import Citation, Claim
+from gateway.types import Claim, NativeLocation
 
 if TYPE_CHECKING:
     from gateway.pipeline import RoutePipeline
 
-Json = dict[str, Any]
+__all__ = ["AnthropicFramer"]
+
+
+def _dumps(obj: object) -> bytes:
+    """Compact UTF-8 JSON, as `gateway.pipeline.dumps` writes it (that module imports the
+    adapter registry, so it cannot be imported from here at load time)."""
+    try:
+        return orjson.dumps(obj)
+    except orjson.JSONEncodeError:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 class AnthropicFramer(Framer):
@@ -32,9 +45,9 @@ class AnthropicFramer(Framer):
         if self.start is not None:
             return
         try:
-            data = json.loads(event.data)
-        except ValueError:
-            return
+            data = loads_unique(event.data, stdlib=True)
+        except ProtocolError:
+            return  # the stream parser fails the stream on it
         if not isinstance(data, dict) or data.get("type") != "message_start":
             return
         # The message as the field table keeps it, without unknown fields: this event is
@@ -53,7 +66,7 @@ class AnthropicFramer(Framer):
 
     @staticmethod
     def _ev(data: Json) -> bytes:
-        return encode_data(dumps(data), str(data["type"]))
+        return encode_data(_dumps(data), str(data["type"]))
 
     @property
     def started(self) -> bool:
@@ -117,72 +130,29 @@ class AnthropicFramer(Framer):
         return b"".join(out)
 
     def tail(self, pipeline: RoutePipeline, body: Mapping[str, Any]) -> bytes:
-        tail = json.loads(json.dumps(body))
-        tail["content"] = [b for b in tail.get("content") or [] if b.get("type") != "text"]
-        events = pipeline.adapter.to_stream(tail, True)
+        content = body.get("content") or []
+        tail = {**body, "content": [b for b in content if b.get("type") != "text"]}
         out = [self.opening(), self._ev({"type": "content_block_stop", "index": 0})]
-        for ev in events[1:]:  # message_start went out with the first text
-            data = json.loads(ev.data)
+        for data in stream_events(tail)[1:]:  # message_start went out with the first text
             if isinstance(data.get("index"), int):
-                data["index"] += 1
-                out.append(self._ev(data))
+                # The released text is block 0: the other blocks follow it.
+                out.append(self._ev({**data, "index": data["index"] + 1}))
             else:
-                out.append(encode(ev))
+                event = SSEEvent(json.dumps(data, ensure_ascii=False), str(data["type"]))
+                out.append(encode(event))
         return b"".join(out)
 
     def error(self, message: str, type_: str) -> bytes:
-        return encode(AnthropicMessages().error_event(message, type_))
+        return encode(error_event(message, type_))
 
 
-def _native_json(native: Any) -> Json:
+def _native_json(native: NativeLocation) -> Json:
+    """A verified native citation in the wire shape of its kind."""
+    doc_key, start_key, end_key = CITATION_FIELDS[native.type]
     out: Json = {"type": native.type, "cited_text": native.cited_text}
-    if native.type == "search_result_location":
+    if doc_key is None:
         out["search_result_index"] = native.search_result_index
-        out["start_block_index"], out["end_block_index"] = native.start, native.end
     else:
-        out["document_index"] = native.document_index
-        names = {
-            "char_location": ("start_char_index", "end_char_index"),
-            "page_location": ("start_page_number", "end_page_number"),
-            "content_block_location": ("start_block_index", "end_block_index"),
-        }[native.type]
-        out[names[0]], out[names[1]] = native.start, native.end
+        out[doc_key] = native.document_index
+    out[start_key], out[end_key] = native.start, native.end
     return out
-
-
-class AnthropicNativeSpans:
-    """Anthropic native citations seen so far, as (start, end) spans of the primary text.
-
-    Mirrors what `parse_body` builds for the whole message — each citation spans its text
-    block — so a claim verified mid-stream carries the same citations it will have in the
-    final answer (RoutePipeline.judge re-checks any claim whose citations differ).
-    """
-
-    def __init__(self) -> None:
-        self.blocks: list[tuple[int, list[Citation]]] = []  # (start offset, citations)
-
-    def observe(self, event: SSEEvent, offset: int) -> None:
-        data = event.data
-        if '"content_block_start"' not in data and '"citations_delta"' not in data:
-            return
-        try:
-            parsed = json.loads(data)
-            if parsed.get("type") == "content_block_start":
-                block = parsed.get("content_block") or {}
-                if block.get("type") == "text":
-                    cits = [native_citation(c) for c in block.get("citations") or []]
-                    self.blocks.append((offset, [c for c in cits if c is not None]))
-            elif parsed.get("type") == "content_block_delta" and self.blocks:
-                cit = native_citation((parsed.get("delta") or {}).get("citation"))
-                if cit is not None:
-                    self.blocks[-1][1].append(cit)
-        except (ValueError, AttributeError, ProtocolError):
-            return  # the parser reports a broken stream; judge re-checks mismatched claims
-
-    def overlapping(self, start: int, end: int, length: int) -> tuple[Citation, ...]:
-        out: list[Citation] = []
-        for i, (s, cits) in enumerate(self.blocks):
-            e = self.blocks[i + 1][0] if i + 1 < len(self.blocks) else length
-            if (s < end and e > start) or (s == e and start <= s <= end):
-                out.extend(cits)
-        return tuple(out)
