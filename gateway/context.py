@@ -44,9 +44,9 @@ __all__ = [
     "chunk_signature",
     "chunks_in_text",
     "compile_chunk_pattern",
+    "content_texts",
     "generic_request_context",
     "header_chunks",
-    "openai_request_context",
     "request_context",
     "response_chunks",
     "sign_chunk",
@@ -314,7 +314,7 @@ def read_tags(
 # -- request side ------------------------------------------------------------------------------
 
 
-def _content_texts(content: object) -> Iterator[str]:
+def content_texts(content: object) -> Iterator[str]:
     """Text of a message `content`: a string, or a list of strings and `text` parts / blocks.
 
     A `text` key on a part of another type (an image, a file) is not read: the model is not
@@ -334,40 +334,6 @@ def _content_texts(content: object) -> Iterator[str]:
                 yield part["text"]
 
 
-# OpenAI message roles whose text is read; assistant turns (earlier model output) never are.
-_OPENAI_ROLES = {
-    "system": "system",
-    "developer": "developer",
-    "user": "user",
-    "tool": "tool",
-    "function": "tool",
-}
-
-
-def openai_request_context(
-    body: Mapping[str, object],
-    ctx: ContextSet,
-    pattern: re.Pattern[str] | None,
-    trust: Trust = DEFAULT_TRUST,
-) -> None:
-    """Chunks in the trusted messages of a chat completion request (`trust.roles`; `tool`
-    covers the legacy `function` role); user text only with `user` trusted or when signed."""
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        return
-    roles = trust.roles
-    for msg in messages:
-        if not isinstance(msg, Mapping):
-            continue
-        role = msg.get("role")
-        place = _OPENAI_ROLES.get(role) if isinstance(role, str) else None
-        if place is None:
-            continue
-        trusted = place in roles
-        for text in _content_texts(msg.get("content")):
-            read_tags(ctx, text, pattern, trust, trusted)
-
-
 def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -381,7 +347,7 @@ def _doc_from_block(block: Mapping[str, object], index: int) -> Document:
     if stype == "text" and isinstance(src.get("data"), str):
         return Document(index=index, kind="text", text=str(src["data"]), title=title)
     if stype == "content":
-        blocks = tuple(_content_texts(src.get("content")))
+        blocks = tuple(content_texts(src.get("content")))
         return Document(index=index, kind="content", blocks=blocks, title=title)
     url = _str(src.get("url"))
     return Document(index=index, kind="pdf", title=title, source=url)
@@ -390,7 +356,7 @@ def _doc_from_block(block: Mapping[str, object], index: int) -> Document:
 def _search_result(block: Mapping[str, object], index: int) -> Document:
     title = _str(block.get("title"))
     source = _str(block.get("source"))
-    blocks = tuple(_content_texts(block.get("content")))
+    blocks = tuple(content_texts(block.get("content")))
     return Document(index=index, kind="search_result", blocks=blocks, title=title, source=source)
 
 
@@ -409,7 +375,7 @@ def anthropic_request_context(
     citation of it is out of range.
     """
     roles = trust.roles
-    for text in _content_texts(body.get("system")):
+    for text in content_texts(body.get("system")):
         read_tags(ctx, text, pattern, trust, "system" in roles)
     messages = body.get("messages")
     if not isinstance(messages, list):
