@@ -1,8 +1,7 @@
 """`chat.completion.chunk` frames assembled into the body the JSON API would have sent,
 sans-io: `feed(event) -> text deltas`, `finish() -> Answer` (through `parse_body`).
 
-A frame repeating the last content-only frame but for its text is read through a string slot
-(`protocols/slot.py`); any other is parsed and checked whole against `FRAME_TABLE`. Pieces of
+Each frame is parsed once (`loads_unique`) and checked whole against `FRAME_TABLE`. Pieces of
 a text are kept in lists and joined once at the end, so assembly is linear in the stream.
 Mistral reference chunks of the primary text are native citations at their offsets
 (`native_spans`); Perplexity search results join the context as they arrive (`bind_context`).
@@ -27,7 +26,6 @@ from gateway.protocols.openai_chat.chunks import (
 from gateway.protocols.openai_chat.context import search_chunks
 from gateway.protocols.openai_chat.fields import FRAME_TABLE, REASONING_KEYS, SEARCH_KEYS
 from gateway.protocols.openai_chat.parse import parse_body
-from gateway.protocols.slot import StringSlot, learn_slot
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Citation, ContextSet
 
@@ -81,28 +79,6 @@ class _ChoiceState:
         return length
 
 
-def _content_only(chunk: object) -> tuple[int, str] | None:
-    """(index, text) of a chunk that only adds content text to one choice: nothing else in it
-    changes a parser that has already read its head."""
-    if type(chunk) is not dict or chunk.get("usage") is not None or "error" in chunk:
-        return None
-    obj = chunk.get("object")
-    choices = chunk.get("choices")
-    if obj is not None and obj != "chat.completion.chunk":
-        return None
-    if type(choices) is not list or len(choices) != 1:
-        return None
-    c = choices[0]
-    if type(c) is not dict or not c.keys() <= _CHOICE_CHUNK_KEYS:
-        return None
-    i, delta = c.get("index"), c.get("delta")
-    if type(i) is not int or c.get("finish_reason") is not None or c.get("logprobs") is not None:
-        return None
-    if type(delta) is not dict or len(delta) != 1 or type(delta.get("content")) is not str:
-        return None
-    return i, delta["content"]
-
-
 class OpenAIStreamParser(StreamParser):
     """Assembles `chat.completion.chunk` events into the body the JSON API would have sent."""
 
@@ -113,11 +89,6 @@ class OpenAIStreamParser(StreamParser):
         self._usage: object = None
         self._done = False
         self._dropped: list[tuple[str, tuple[str | int, ...]]] = []
-        # The last content-only chunk around its text, for the chunks that repeat it; learnt
-        # a few times at most per stream (a chunk that varies elsewhere defeats it).
-        self._slot: StringSlot | None = None
-        self._slot_index = 0
-        self._slot_tries = 4
         # Perplexity's top-level lists, as first sent (a frame may re-send them accumulated).
         self._search: Json = {}
         self._ctx: ContextSet | None = None
@@ -195,27 +166,11 @@ class OpenAIStreamParser(StreamParser):
         if event.event is not None:
             # The protocol names no events: an `event:` line is not relayed.
             self._dropped.append(("sse", ("event",)))
-        if self._slot is not None:
-            text = self._slot.match(data)
-            if text is not None:  # the same chunk as the slot's, but for its content
-                st = self._choices[self._slot_index]
-                st.parts["content"].append(text)
-                return [(st.keys["content"], text)] if text else []
         try:
             chunk = loads_unique(data, stdlib=True)
         except ProtocolError as exc:
             raise ProtocolError(f"openai-chat: stream event: {exc}") from None
-        out = self._chunk(chunk)
-        if self._slot_tries:
-            known = _content_only(chunk)
-            if known is not None:
-                i, text = known
-                self._slot_tries -= 1
-                self._slot = learn_slot(
-                    data, "content", text, lambda v, p: _content_only(v) == (i, p)
-                )
-                self._slot_index = i
-        return out
+        return self._chunk(chunk)
 
     def _chunk(self, chunk: object) -> list[TextDelta]:
         if not isinstance(chunk, dict):
