@@ -37,9 +37,9 @@ __all__ = [
     "build_context",
     "chunk_signature",
     "chunks_in_text",
+    "content_texts",
     "generic_request_context",
     "header_chunks",
-    "openai_request_context",
     "request_context",
     "response_chunks",
     "sign_chunk",
@@ -320,40 +320,6 @@ def content_texts(content: object) -> Iterator[str]:
                 and isinstance(part.get("text"), str)
             ):
                 yield part["text"]
-
-
-# OpenAI message roles whose text is read; assistant turns (earlier model output) never are.
-_OPENAI_ROLES = {
-    "system": "system",
-    "developer": "developer",
-    "user": "user",
-    "tool": "tool",
-    "function": "tool",
-}
-
-
-def openai_request_context(
-    body: Mapping[str, object],
-    ctx: ContextSet,
-    pattern: re.Pattern[str] | None,
-    trust: Trust = DEFAULT_TRUST,
-) -> None:
-    """Chunks in the trusted messages of a chat completion request (`trust.roles`; `tool`
-    covers the legacy `function` role); user text only with `user` trusted or when signed."""
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        return
-    roles = trust.roles
-    for msg in messages:
-        if not isinstance(msg, Mapping):
-            continue
-        role = msg.get("role")
-        place = _OPENAI_ROLES.get(role) if isinstance(role, str) else None
-        if place is None:
-            continue
-        trusted = place in roles
-        for text in content_texts(msg.get("content")):
-            read_tags(ctx, text, pattern, trust, trusted)
 
 
 def generic_request_context(

@@ -20,13 +20,8 @@ from gateway.context import build_context
 from gateway.policy import ContextSpec
 from gateway.protocols.base import rebuild_with_map
 from gateway.protocols.fields import FieldLog, Items, Meta, Obj, Positional, clean, is_url
-from gateway.protocols.openai_chat import (
-    OpenAIStreamParser,
-    _chunks_text,
-    _rebuild_chunks,
-    parse_body,
-    search_chunks,
-)
+from gateway.protocols.openai_chat import OpenAIStreamParser, parse_body, search_chunks
+from gateway.protocols.openai_chat.chunks import chunks_text, rebuild_chunks
 from gateway.sse import SSEEvent
 from gateway.types import Chunk, Claim
 
@@ -141,7 +136,7 @@ def _r(*ids: int) -> dict[str, Any]:
 
 
 def test_references_span_the_last_character_before_them() -> None:
-    text, native = _chunks_text([_r(9), _t("Ab"), _r(1), _t("  "), _r(2), _t(" c."), _r(3)])
+    text, native = chunks_text([_r(9), _t("Ab"), _r(1), _t("  "), _r(2), _t(" c."), _r(3)])
     assert text == "Ab   c."
     assert [(s, e, c.id) for s, e, c in native] == [
         (0, 0, "9"), (1, 2, "1"), (1, 2, "2"), (6, 7, "3")
@@ -174,10 +169,10 @@ def test_rebuilt_chunks_spell_the_rebuilt_text_and_keep_only_kept_references(
         start = pos + (0 if i == 0 else 1)
         claims.append(Claim(i, 0, s, start, start + len(s)))
         pos += len(piece)
-    text, _ = _chunks_text(chunks)
+    text, _ = chunks_text(chunks)
     kept = [c for c, k in zip(claims, keep, strict=True) if k]
     new, mapping = rebuild_with_map(text, kept, "Some statements were removed.")
-    out = _rebuild_chunks(chunks, new, mapping)
+    out = rebuild_chunks(chunks, new, mapping)
     assert "".join(c["text"] for c in out if c["type"] == "text") == new
     refs = [c["reference_ids"][0] for c in out if c["type"] == "reference"]
     assert refs == [i for i, k in enumerate(keep) if k]

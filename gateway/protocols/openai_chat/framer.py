@@ -1,5 +1,5 @@
 """Progressive release's framer for openai-chat: released text as chat.completion.chunk
-events of choice 0."""
+events of choice 0; the rest of the final body follows as the stream `to_events` frames."""
 
 from __future__ import annotations
 
@@ -7,23 +7,32 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from gateway.errors import ProtocolError
-from gateway.pipeline import dumps
 from gateway.protocols.base import Framer
 from gateway.protocols.fields import FieldLog, clean
-from gateway.protocols.openai_chat import FRAME_TABLE, OpenAIChat
+from gateway.protocols.openai_chat.fields import FRAME_TABLE
+from gateway.protocols.openai_chat.render import error_event
 from gateway.sse import SSEEvent, encode, encode_data
 from gateway.types import Claim
 
 if TYPE_CHECKING:
     from gateway.pipeline import RoutePipeline
 
+__all__ = ["OpenAIFramer"]
+
 Json = dict[str, Any]
 
 
-def _json_event(data: Json, event: str | None = None) -> bytes:
-    """One SSE event carrying `data` as compact JSON, as the gateway writes every body."""
-    return encode_data(dumps(data), event)
+def _json_event(data: Json) -> bytes:
+    """One SSE event carrying `data` as compact JSON, as the gateway writes every body
+    (`pipeline.dumps`, which this module cannot import: the pipeline imports the registry)."""
+    try:
+        raw = orjson.dumps(data)
+    except orjson.JSONEncodeError:  # an upstream's integer beyond 64 bits
+        raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    return encode_data(raw)
 
 
 class OpenAIFramer(Framer):
@@ -105,7 +114,7 @@ class OpenAIFramer(Framer):
         return b"".join(out)
 
     def error(self, message: str, type_: str) -> bytes:
-        return encode(OpenAIChat().error_event(message, type_))
+        return encode(error_event(message, type_))
 
 
 def _is_role_frame(event: SSEEvent) -> bool:

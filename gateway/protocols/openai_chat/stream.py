@@ -1,0 +1,452 @@
+"""`chat.completion.chunk` frames assembled into the body the JSON API would have sent,
+sans-io: `feed(event) -> text deltas`, `finish() -> Answer` (through `parse_body`).
+
+Each frame is parsed once (`loads_unique`) and checked whole against `FRAME_TABLE`. Pieces of
+a text are kept in lists and joined once at the end, so assembly is linear in the stream.
+Mistral reference chunks of the primary text are native citations at their offsets
+(`native_spans`); Perplexity search results join the context as they arrive (`bind_context`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.errors import ProtocolError
+from gateway.policy import ContextSpec
+from gateway.protocols.base import StreamParser, TextDelta, channel_key
+from gateway.protocols.fields import FieldLog, clean, loads_unique
+from gateway.protocols.openai_chat.chunks import (
+    anchor_of,
+    assembled_chunks,
+    native_span,
+    reference_citations,
+)
+from gateway.protocols.openai_chat.context import search_chunks
+from gateway.protocols.openai_chat.fields import FRAME_TABLE, REASONING_KEYS, SEARCH_KEYS
+from gateway.protocols.openai_chat.parse import parse_body
+from gateway.sse import SSEEvent
+from gateway.types import Answer, Citation, ContextSet
+
+__all__ = ["OpenAIStreamParser"]
+
+Json = dict[str, Any]
+
+_HEAD_KEYS = ("id", "created", "model", "system_fingerprint", "service_tier")
+_TEXT_KEYS = frozenset({"content", "refusal", *REASONING_KEYS})
+_CHOICE_CHUNK_KEYS = frozenset({"index", "delta", "finish_reason", "logprobs"})
+
+
+def _channel_keys(i: int) -> dict[str, str]:
+    """Channel keys of choice `i`'s text fields, by delta field."""
+    mpath = ("choices", i, "message")
+    keys = {k: channel_key((*mpath, k)) for k in _TEXT_KEYS}
+    keys["function_call"] = channel_key((*mpath, "function_call", "arguments"))
+    keys["audio"] = channel_key((*mpath, "audio", "transcript"))
+    return keys
+
+
+class _ChoiceState:
+    """One choice being assembled, with its channel keys built once."""
+
+    __slots__ = (
+        "chunks", "details", "extra", "finish", "keys", "logprobs", "msg", "parts", "seen",
+        "tools",
+    )
+
+    def __init__(self, i: int) -> None:
+        self.msg: Json = {}
+        self.parts: dict[str, list[str]] = {}
+        self.tools: dict[int, Json] = {}
+        self.finish: object = None
+        self.logprobs: dict[str, list[Any]] | None = None
+        self.extra: Json = {}
+        self.keys = _channel_keys(int(i))
+        # Mistral content chunks other than text, each at its offset in the content text;
+        # None while the content arrives as plain strings.
+        self.chunks: list[tuple[int, Json]] | None = None
+        self.seen = (0, 0)  # (content parts counted, their length): the offset, kept current
+        # OpenRouter reasoning_details, merged by their `index`.
+        self.details: list[Any] | None = None
+
+    def content_length(self) -> int:
+        parts = self.parts.get("content", [])
+        n, length = self.seen
+        if n != len(parts):
+            length += sum(len(p) for p in parts[n:])
+            self.seen = (len(parts), length)
+        return length
+
+
+class OpenAIStreamParser(StreamParser):
+    """Assembles `chat.completion.chunk` events into the body the JSON API would have sent."""
+
+    def __init__(self) -> None:
+        self._head: Json = {}
+        self._head_missing: tuple[str, ...] = _HEAD_KEYS
+        self._choices: dict[int, _ChoiceState] = {}
+        self._usage: object = None
+        self._done = False
+        self._dropped: list[tuple[str, tuple[str | int, ...]]] = []
+        # Perplexity's top-level lists, as first sent (a frame may re-send them accumulated).
+        self._search: Json = {}
+        self._ctx: ContextSet | None = None
+        self.context_grew_late = False
+
+    def bind_context(self, ctx: ContextSet, spec: ContextSpec) -> None:
+        """Perplexity search results that arrive in the stream join `ctx` as they come (on
+        routes whose context comes from the response), before the claims that cite them."""
+        if "response" in getattr(spec, "from_", ()):
+            self._ctx = ctx
+
+    @property
+    def native_spans(self) -> _ChunkSpans:
+        return _ChunkSpans(self)
+
+    def primary_citations(self, start: int, end: int) -> tuple[Citation, ...]:
+        """Mistral reference chunks of choice 0 seen so far, as `_native_for` would give them
+        for the claim at [start, end) of the content text."""
+        st = self._choices.get(0)
+        if st is None or not st.chunks:
+            return ()
+        text = "".join(st.parts.get("content", []))
+        out: list[Citation] = []
+        for offset, chunk in st.chunks:
+            if chunk.get("type") != "reference":
+                continue
+            for s, e, c in native_span(anchor_of(text, offset), reference_citations(chunk)):
+                if (s < end and e > start) or (s == e and start <= s <= end):
+                    out.append(c)
+        return tuple(out)
+
+    def _search_lists(self, chunk: Json) -> None:
+        """Keep a frame's `citations` / `search_results`: the first copy, or a later one that
+        extends it (re-sent accumulated); a copy that changes an entry is not relayed."""
+        for key in SEARCH_KEYS:
+            if key not in chunk:
+                continue
+            value, have = chunk[key], self._search.get(key)
+            if have is None:
+                self._search[key] = value
+            elif value == have:
+                continue
+            elif (
+                isinstance(value, list) and isinstance(have, list)
+                and len(value) > len(have) and value[: len(have)] == have
+            ):
+                self._search[key] = value
+            else:
+                self._dropped.append(("frame", (key,)))
+                continue
+            if self._ctx is not None:
+                before = dict(self._ctx.chunks)
+                self._ctx.extend(search_chunks(self._search))
+                st = self._choices.get(0)
+                if self._ctx.chunks != before and st is not None and st.content_length():
+                    # Claims checked before this context arrived are checked again at the end
+                    # (buffer mode; in progressive mode they have been decided already).
+                    self.context_grew_late = True
+
+    @property
+    def done(self) -> bool:
+        """The stream's terminal event has been seen: nothing after it can change the answer."""
+        return self._done
+
+    def feed(self, event: SSEEvent) -> list[TextDelta]:
+        if self._done:
+            return []
+        data = event.data
+        # A JSON object starts with "{" (after any whitespace); only other data can be [DONE].
+        if not data.startswith("{") and data.strip() == "[DONE]":
+            self._done = True
+            return []
+        if event.event == "error":
+            raise ProtocolError("openai-chat: the stream carried an error event")
+        if event.event is not None:
+            # The protocol names no events: an `event:` line is not relayed.
+            self._dropped.append(("sse", ("event",)))
+        try:
+            chunk = loads_unique(data, stdlib=True)
+        except ProtocolError as exc:
+            raise ProtocolError(f"openai-chat: stream event: {exc}") from None
+        return self._chunk(chunk)
+
+    def _chunk(self, chunk: object) -> list[TextDelta]:
+        if not isinstance(chunk, dict):
+            raise ProtocolError("openai-chat: stream event is not a JSON object")
+        if "error" in chunk:
+            raise ProtocolError("openai-chat: the stream carried an error")
+        obj = chunk.get("object")
+        if obj is not None and obj != "chat.completion.chunk":
+            raise ProtocolError("openai-chat: a stream event is not a chat.completion.chunk")
+        log = FieldLog()
+        clean(FRAME_TABLE, chunk, log)
+        if log.unknown or log.dropped:
+            self._dropped.extend(log.unknown)
+            self._dropped.extend(log.dropped)
+        head = self._head
+        for k in _HEAD_KEYS:
+            # A frame repeats the head; one that says something else is not relayed.
+            if k in chunk and k in head and chunk[k] != head[k]:
+                self._dropped.append(("frame", (k,)))
+        if self._head_missing:
+            found = [k for k in self._head_missing if k in chunk]
+            if found:
+                for k in found:
+                    self._head[k] = chunk[k]
+                self._head_missing = tuple(k for k in _HEAD_KEYS if k not in self._head)
+        if chunk.get("usage") is not None:
+            self._usage = chunk["usage"]
+        if "citations" in chunk or "search_results" in chunk:
+            self._search_lists(chunk)
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            raise ProtocolError("openai-chat: stream chunk has no choices list")
+        if len(choices) == 1:  # the usual chunk: no list to merge
+            c = choices[0]
+            if not isinstance(c, dict) or not isinstance(c.get("index"), int):
+                raise ProtocolError("openai-chat: stream choice without index")
+            return self._choice(c)
+        out: list[TextDelta] = []
+        for c in choices:
+            if not isinstance(c, dict) or not isinstance(c.get("index"), int):
+                raise ProtocolError("openai-chat: stream choice without index")
+            out.extend(self._choice(c))
+        return out
+
+    def _choice(self, c: Json) -> list[TextDelta]:
+        i: int = c["index"]
+        st = self._choices.get(i)
+        if st is None:
+            st = self._choices[i] = _ChoiceState(i)
+        # An index of true shares choice 1's state but keeps its own name in the keys.
+        keys = st.keys if type(i) is int else _channel_keys(i)
+        out: list[TextDelta] = []
+        finish = c.get("finish_reason")
+        if finish is not None:
+            st.finish = finish
+        lp = c.get("logprobs")
+        if isinstance(lp, dict):
+            acc = st.logprobs = st.logprobs or {}
+            for k, v in lp.items():
+                if isinstance(v, list):
+                    acc.setdefault(k, []).extend(v)
+        if len(c) > 4 or not c.keys() <= _CHOICE_CHUNK_KEYS:
+            for k, v in c.items():
+                if k not in _CHOICE_CHUNK_KEYS:
+                    st.extra[k] = v
+        delta = c.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise ProtocolError("openai-chat: stream delta is not an object")
+        parts = st.parts
+        for key, value in delta.items():
+            if value is None:
+                continue
+            if key == "content" and isinstance(value, list):
+                out.extend(self._content_chunks(st, keys, value))
+            elif key == "reasoning_details" and isinstance(value, list):
+                _merge_details(st, value)
+            elif key in _TEXT_KEYS and isinstance(value, str):
+                if key in parts:
+                    parts[key].append(value)
+                else:
+                    parts[key] = [value]
+                if value:
+                    out.append((keys[key], value))
+            elif key == "role":
+                st.msg["role"] = value
+            elif key == "tool_calls" and isinstance(value, list):
+                for tc in value:
+                    out.extend(self._tool_delta(st, i, tc))
+            elif key == "function_call" and isinstance(value, dict):
+                # Pieces are kept in lists and joined once in body(): `+=` on a string held
+                # in a dict copies it every time, quadratic in the arguments' length.
+                fc = st.msg.setdefault("function_call", {"name": [], "arguments": []})
+                fc["name"].append(value.get("name") or "")
+                args = value.get("arguments") or ""
+                fc["arguments"].append(args)
+                if args:
+                    out.append((keys["function_call"], args))
+            elif key == "audio" and isinstance(value, dict):
+                audio = st.msg.setdefault("audio", {})
+                for ak, av in value.items():
+                    if ak in ("transcript", "data") and isinstance(av, str):
+                        audio.setdefault(ak, []).append(av)
+                        if ak == "transcript" and av:
+                            out.append((keys["audio"], av))
+                    else:
+                        audio[ak] = av
+            elif key == "annotations" and isinstance(value, list):
+                st.msg.setdefault("annotations", []).extend(value)
+            else:
+                st.msg[key] = value
+        return out
+
+    @staticmethod
+    def _content_chunks(
+        st: _ChoiceState, keys: Mapping[str, str], value: list[Any]
+    ) -> list[TextDelta]:
+        """A delta whose content is a list of Mistral chunks: text extends the content text;
+        references and thinking are recorded at their offset in it."""
+        out: list[TextDelta] = []
+        if st.chunks is None:
+            st.chunks = []
+        parts = st.parts.setdefault("content", [])
+        for chunk in value:
+            if not isinstance(chunk, dict):
+                raise ProtocolError("openai-chat: a content chunk is not an object")
+            kind = chunk.get("type")
+            if kind == "text" and isinstance(chunk.get("text"), str):
+                parts.append(chunk["text"])
+                if chunk["text"]:
+                    out.append((keys["content"], chunk["text"]))
+                continue
+            offset = st.content_length()
+            last = st.chunks[-1] if st.chunks else None
+            if (
+                kind == "thinking"
+                and last is not None
+                and last[0] == offset
+                and last[1].get("type") == "thinking"
+                and isinstance(last[1].get("thinking"), list)
+                and isinstance(chunk.get("thinking"), list)
+            ):
+                last[1]["thinking"].extend(chunk["thinking"])  # the same thinking, continued
+            else:
+                st.chunks.append((offset, copy.deepcopy(chunk)))
+        return out
+
+    def _tool_delta(self, st: _ChoiceState, i: int, tc: object) -> list[TextDelta]:
+        if not isinstance(tc, dict) or not isinstance(tc.get("index"), int):
+            raise ProtocolError("openai-chat: tool call delta without index")
+        call = st.tools.setdefault(
+            tc["index"], {"id": None, "type": "function", "function": {"name": [], "arguments": []}}
+        )
+        if tc.get("id"):
+            call["id"] = tc["id"]
+        if tc.get("type"):
+            call["type"] = tc["type"]
+        fn = tc.get("function") or {}
+        call["function"]["name"].append(fn.get("name") or "")
+        args = fn.get("arguments") or ""
+        call["function"]["arguments"].append(args)
+        if not args:
+            return []
+        path = ("choices", i, "message", "tool_calls", tc["index"], "function", "arguments")
+        return [(channel_key(path), args)]
+
+    def body(self) -> Json:
+        if not self._done:
+            raise ProtocolError("openai-chat: stream ended without data: [DONE]")
+        body: Json = {
+            "id": self._head.get("id", ""),
+            "object": "chat.completion",
+            "created": self._head.get("created", 0),
+            "model": self._head.get("model", ""),
+            "choices": [],
+        }
+        for k in ("system_fingerprint", "service_tier"):
+            if k in self._head:
+                body[k] = self._head[k]
+        for i in sorted(self._choices):
+            st = self._choices[i]
+            msg: Json = {"role": st.msg.pop("role", "assistant")}
+            for key in ("content", "refusal"):
+                # The opening role frame carries content ""; with nothing after it the
+                # non-streaming API would have sent null.
+                msg[key] = "".join(st.parts.get(key, [])) or None
+            if st.chunks is not None:
+                msg["content"] = assembled_chunks("".join(st.parts.get("content", [])), st.chunks)
+            for key in REASONING_KEYS:
+                if key in st.parts:
+                    msg[key] = "".join(st.parts[key])
+            if st.details is not None:
+                msg["reasoning_details"] = _joined_details(st.details)
+            if st.tools:
+                msg["tool_calls"] = [_joined_call(st.tools[k]) for k in sorted(st.tools)]
+            msg.update(st.msg)
+            if "function_call" in msg:
+                msg["function_call"] = _joined(msg["function_call"], ("name", "arguments"))
+            if isinstance(msg.get("audio"), dict):
+                msg["audio"] = _joined(msg["audio"], ("transcript", "data"))
+            choice: Json = {
+                "index": i,
+                "message": msg,
+                "finish_reason": st.finish,
+                "logprobs": st.logprobs,
+            }
+            choice.update(st.extra)
+            body["choices"].append(choice)
+        if self._usage is not None:
+            body["usage"] = self._usage
+        body.update(self._search)
+        return body
+
+    def finish(self) -> Answer:
+        answer = parse_body(self.body())
+        answer.dropped.extend(self._dropped)
+        return answer
+
+
+class _ChunkSpans:
+    """Native citations of a stream's primary text (Mistral reference chunks), read from the
+    parser, which records them at their exact offsets as it is fed."""
+
+    def __init__(self, parser: OpenAIStreamParser) -> None:
+        self._parser = parser
+
+    def observe(self, event: SSEEvent, offset: int) -> None:
+        """The parser itself records reference chunks as it is fed."""
+
+    def overlapping(self, start: int, end: int, length: int) -> tuple[Citation, ...]:
+        return self._parser.primary_citations(start, end)
+
+
+_DETAIL_STRINGS = ("text", "summary", "data", "signature")
+
+
+def _merge_details(st: _ChoiceState, entries: list[Any]) -> None:
+    """OpenRouter streams reasoning_details in pieces: an entry with the `index` and `type` of
+    the last one continues it (its strings appended, joined in `body()`), any other is a new
+    entry. Strings are kept as lists of pieces meanwhile."""
+    details = st.details = st.details if st.details is not None else []
+    for e in entries:
+        if not isinstance(e, dict):
+            details.append(e)
+            continue
+        last = details[-1] if details else None
+        idx = e.get("index")
+        if not (
+            isinstance(last, dict) and type(idx) is int
+            and last.get("index") == idx and last.get("type") == e.get("type")
+        ):
+            details.append({k: _piece(k, v) for k, v in e.items()})
+            continue
+        for k, v in e.items():
+            have = last.get(k)
+            if k in _DETAIL_STRINGS and isinstance(v, str) and isinstance(have, list):
+                have.append(v)
+            elif have is None:
+                last[k] = _piece(k, v)
+
+
+def _piece(key: str, value: object) -> object:
+    """A streamed detail's value as kept while merging: strings of `_DETAIL_STRINGS` as a list
+    of pieces; any other value there is not a string, so it is not relayed (None)."""
+    if key not in _DETAIL_STRINGS:
+        return value
+    return [value] if isinstance(value, str) else None
+
+
+def _joined_details(details: list[Any]) -> list[Any]:
+    return [_joined(d, _DETAIL_STRINGS) if isinstance(d, dict) else d for d in details]
+
+def _joined(parts: Json, keys: tuple[str, ...]) -> Json:
+    """A copy of `parts` with the pieces under `keys` joined into strings."""
+    return {k: "".join(v) if k in keys and isinstance(v, list) else v for k, v in parts.items()}
+
+
+def _joined_call(call: Json) -> Json:
+    return {**call, "function": _joined(call["function"], ("name", "arguments"))}
+
