@@ -20,9 +20,10 @@ import orjson
 from gateway import audit, paths, retry
 from gateway.deferred import Deferred
 from gateway.errors import BodyTooLarge, GatewayError, ProtocolError, map_exception
+from gateway.jsonio import dumps
 from gateway.judge.client import close_clients as close_judge_clients
 from gateway.metrics import Metrics
-from gateway.pipeline import Judgement, KnownVerdicts, Pipelines, RoutePipeline, dumps
+from gateway.pipeline import Judgement, KnownVerdicts, Pipelines, RoutePipeline
 from gateway.policy import PolicyStore
 from gateway.protocols.base import RequestInfo
 from gateway.protocols.fields import loads_unique

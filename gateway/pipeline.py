@@ -7,17 +7,15 @@ so both decide exactly alike. Pure apart from the optional async checks.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from gateway.checks.base import cited_chunks, claim_body
 from gateway.checks.judge import PENDING, JudgePass, JudgeStats, Pending, last_user_text
 from gateway.context import build_context
+from gateway.jsonio import dumps
 from gateway.policy import LoadedPolicy, Route
 from gateway.protocols import ADAPTERS
 from gateway.protocols.base import Adapter, channel_key
@@ -53,16 +51,6 @@ class Rendered:
     status: int
     body: bytes
     unchanged: bool  # True when `body` is the upstream's bytes
-
-
-def dumps(obj: object) -> bytes:
-    """Compact UTF-8 JSON, as the gateway writes every body it renders. An integer beyond 64
-    bits, which orjson refuses and only an upstream's own fields could hold (stream events are
-    parsed by the standard library), falls back to the standard library."""
-    try:
-        return orjson.dumps(obj)
-    except orjson.JSONEncodeError:
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 class RoutePipeline:

@@ -27,7 +27,6 @@ from gateway.types import (
     Decision,
     Outcome,
     Report,
-    TemplateName,
 )
 
 if TYPE_CHECKING:
@@ -51,7 +50,6 @@ __all__ = [
     "rebuild_with_map",
     "rule_withholds_something",
     "split_claims",
-    "template_text",
 ]
 
 # (channel key, text): the key is `channel_key(channel.path)` of the channel the text extends.
@@ -303,14 +301,6 @@ BLOCKED_TYPE = "citation_verification_failed"
 def blocked_message(outcome: Outcome) -> str:
     reason = outcome.reason or "unverified"
     return f"The answer was blocked: a claim failed citation verification ({reason})."
-
-
-def template_text(outcome: Outcome, policy: Policy, default: TemplateName) -> str:
-    """Compatibility only: openai_chat.py and anthropic_messages.py still call this while
-    they are split into packages. New code calls `release.template_text`; remove this once
-    they do."""
-    text = release.template_text(outcome, policy.release.templates)
-    return text if text is not None else str(getattr(policy.release.templates, default))
 
 
 Body = dict[str, object]

@@ -8,9 +8,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from gateway.errors import ProtocolError
+from gateway.jsonio import dumps
 from gateway.protocols.anthropic_messages.fields import BODY_TABLE, CITATION_FIELDS
 from gateway.protocols.anthropic_messages.parse import Json
 from gateway.protocols.anthropic_messages.render import error_event, stream_events
@@ -23,15 +22,6 @@ if TYPE_CHECKING:
     from gateway.pipeline import RoutePipeline
 
 __all__ = ["AnthropicFramer"]
-
-
-def _dumps(obj: object) -> bytes:
-    """Compact UTF-8 JSON, as `gateway.pipeline.dumps` writes it (that module imports the
-    adapter registry, so it cannot be imported from here at load time)."""
-    try:
-        return orjson.dumps(obj)
-    except orjson.JSONEncodeError:
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 class AnthropicFramer(Framer):
@@ -66,7 +56,7 @@ class AnthropicFramer(Framer):
 
     @staticmethod
     def _ev(data: Json) -> bytes:
-        return encode_data(_dumps(data), str(data["type"]))
+        return encode_data(dumps(data), str(data["type"]))
 
     @property
     def started(self) -> bool:

@@ -7,9 +7,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from gateway.errors import ProtocolError
+from gateway.jsonio import dumps
 from gateway.protocols.base import Framer
 from gateway.protocols.fields import FieldLog, clean
 from gateway.protocols.openai_chat.fields import FRAME_TABLE
@@ -26,13 +25,8 @@ Json = dict[str, Any]
 
 
 def _json_event(data: Json) -> bytes:
-    """One SSE event carrying `data` as compact JSON, as the gateway writes every body
-    (`pipeline.dumps`, which this module cannot import: the pipeline imports the registry)."""
-    try:
-        raw = orjson.dumps(data)
-    except orjson.JSONEncodeError:  # an upstream's integer beyond 64 bits
-        raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
-    return encode_data(raw)
+    """One SSE event carrying `data` as compact JSON, as the gateway writes every body."""
+    return encode_data(dumps(data))
 
 
 class OpenAIFramer(Framer):
