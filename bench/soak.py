@@ -224,9 +224,12 @@ async def one(gw: GatewayProcess, sc: Scenario, tally: Tally) -> None:
     headers = [(SCENARIO_HEADER, sc.name), ("content-type", "application/json")]
     if sc.mode == "progressive":
         headers.append(("x-attack-mode", "progressive"))
+    path = sc.path
+    if path is None and sc.mode != "json" and sc.spec.stream_path is not None:
+        path = sc.spec.stream_path  # gemini: the path, not the body, asks for a stream
     payload = build_request(
         "POST",
-        sc.path or sc.spec.path,
+        path or sc.spec.path,
         host=gw.host,
         headers=headers,
         body=json.dumps(req).encode(),
