@@ -61,6 +61,8 @@ Check = Callable[[object], bool]
 
 # -- shapes ----------------------------------------------------------------------------------
 
+_LONG_DIGITS = re.compile(r"[0-9]{19}")
+_LONG_DIGITS_B = re.compile(rb"[0-9]{19}")
 _TOKEN = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 _MODEL = re.compile(r"[A-Za-z0-9_.:/@+\-]{1,128}")
 _OPAQUE = re.compile(r"[A-Za-z0-9+/=_\-]*")
@@ -523,10 +525,15 @@ def has_duplicate_keys(raw: bytes | str, parsed: object) -> bool:
 
 def loads_unique(raw: bytes | str, *, stdlib: bool = False) -> Any:
     """Parse JSON, refusing a duplicate key at any depth (ProtocolError): which of two values
-    a client would read is ambiguous, so such a body fails closed. `stdlib` parses with the
-    standard library (integers beyond 64 bits, as stream frames may hold)."""
+    a client would read is ambiguous, so such a body fails closed. `stdlib`: the text may hold
+    integers beyond 64 bits (stream frames relayed as the upstream wrote them), which are then
+    parsed exactly by the standard library."""
     try:
-        parsed = json.loads(raw) if stdlib else orjson.loads(raw)
+        # orjson turns an integer beyond 64 bits into a float; such a number has at least 19
+        # digits in a row, so only a text with such a run needs the standard library.
+        digits = _LONG_DIGITS if isinstance(raw, str) else _LONG_DIGITS_B
+        slow = stdlib and digits.search(raw) is not None  # type: ignore[arg-type]
+        parsed = json.loads(raw) if slow else orjson.loads(raw)
     except ValueError as exc:
         raise ProtocolError(f"not JSON: {exc}") from exc
     if (type(parsed) is dict or type(parsed) is list) and has_duplicate_keys(raw, parsed):

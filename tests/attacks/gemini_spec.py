@@ -28,14 +28,14 @@ def _cand(parts: list[dict[str, Any]], index: int = 0, **extra: Any) -> dict[str
 
 def body(text: str) -> dict[str, Any]:
     return {"candidates": [_cand([{"text": text}], finishReason="STOP")],
-            "usageMetadata": _USAGE, **_HEAD}
+            "usageMetadata": dict(_USAGE), **_HEAD}  # a copy: plants mutate it
 
 
 def chunks(text: str, piece: int) -> list[dict[str, Any]]:
     out = [{"candidates": [_cand([{"text": text[i : i + piece]}])], **_HEAD}
            for i in range(0, len(text), piece)]
     out.append({"candidates": [_cand([{"text": ""}], finishReason="STOP")],
-                "usageMetadata": _USAGE, **_HEAD})
+                "usageMetadata": dict(_USAGE), **_HEAD})
     return out
 
 
