@@ -3,7 +3,8 @@
 Scenarios: added latency at concurrency 1; throughput at 16 and 64 with a 20 ms upstream
 (direct / bare passthrough / citewarden / optional LiteLLM); 128 concurrent SSE streams
 (integrity, buffer-mode release delay, progressive first byte, peak RSS); verification alone
-(bench/verify_bench.py). A scenario whose server does not start reports "unavailable: reason".
+(bench/verify_bench.py); the support check's lexical tier and judge pass (issue 18,
+bench/support_bench.py). A scenario whose server does not start reports "unavailable: reason".
 Prints a markdown report and writes it into docs/benchmarks.md.
 
     python bench/run.py [--duration 10] [--streams 128] [--no-write] [--baseline REF]
@@ -439,6 +440,19 @@ def verification() -> str:
     return "\n".join(fixed) + "\n"
 
 
+def support(raw: dict[str, Any]) -> str:
+    """bench/support_bench.py's markdown; its figures go into raw["support"]."""
+    path = BENCH / "support_bench.py"
+    with tempfile.TemporaryDirectory() as d:
+        figures = Path(d, "support.json")
+        out = subprocess.run([PY, str(path), "--json-out", str(figures)], capture_output=True,
+                             text=True, timeout=900, cwd=ROOT)
+        if out.returncode != 0:
+            return f"unavailable: support_bench.py exited {out.returncode}: {out.stderr[-300:]}\n"
+        raw["support"] = json.loads(figures.read_text())
+    return out.stdout
+
+
 def ab_table(raw: dict[str, Any], base: str) -> str:
     """"citewarden" against the baseline target `base`, measured in the same run."""
     lat, thr = raw.get("latency", {}), raw.get("throughput", {})
@@ -543,7 +557,7 @@ def _timed(title: str) -> Iterator[None]:
     print(f"   ({time.monotonic() - t0:.0f} s)", flush=True)
 
 
-SCENARIOS = ("latency", "throughput", "sse", "verify")
+SCENARIOS = ("latency", "throughput", "sse", "verify", "support")
 
 
 def run(duration: float, streams: int, token_interval_ms: float, with_litellm: bool,
@@ -553,7 +567,7 @@ def run(duration: float, streams: int, token_interval_ms: float, with_litellm: b
     driver = "wrk (1 thread)" if common.have_wrk() else "bench/load.py json (Python, aiohttp)"
     litellm_note = ""
     skipped = "not run (--only)\n"
-    lat = thr = thr_jitter = sse_table = ver = skipped
+    lat = thr = thr_jitter = sse_table = ver = sup = skipped
     if only & {"latency", "throughput"}:
         with contextlib.ExitStack() as stack, _timed("JSON scenarios"):
             mock = stack.enter_context(common.mock_upstream(20.0, token_interval_ms))
@@ -580,6 +594,9 @@ def run(duration: float, streams: int, token_interval_ms: float, with_litellm: b
     if "verify" in only:
         with _timed("verification alone"):
             ver = verification()
+    if "support" in only:
+        with _timed("support: the lexical tier and the judge pass"):
+            sup = support(raw)
     nproc = os.cpu_count()
     when = time.strftime("%Y-%m-%d %H:%M %Z")
     ab = "" if not baseline else f"""
@@ -641,7 +658,13 @@ the wait (docs/benchmarks.md, "Where citewarden stands").
 {sse_table}
 ### Verification alone
 
-{ver}"""
+{ver}
+### Support: the lexical tier and the judge pass (issue 18)
+
+`bench/support_bench.py`: the lexical tier on the AttributionBench dev set, and the judge pass
+against a scripted judge in a separate process, in this process's event loop.
+
+{sup}"""
     return text, raw
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import socket
@@ -158,7 +159,7 @@ def _pipeline_six(support: str = "") -> RoutePipeline:
     return RoutePipeline(loaded, loaded.policy.routes[0])
 
 
-async def judge_costs(url: str, latency: float) -> dict[str, Any]:
+async def judge_costs(url: str, latency: float, rounds: int, seconds: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
     support = (
         "support:\n  lexical: {pass_above: 1.0, fail_below: 0.0}\n"
@@ -194,84 +195,326 @@ async def judge_costs(url: str, latency: float) -> dict[str, Any]:
     out["cache_hit_answer_us_p50"] = round(statistics.median(hit), 1)
     out["cache_hit_per_claim_us"] = round(statistics.median(hit) / 5, 1)
     out.update(await open_loop(pipeline, latency))
+    out["beside"] = await beside(pipeline, rounds, seconds)
     await close_clients()
     return out
 
 
 async def open_loop(pipeline: RoutePipeline, latency: float) -> dict[str, Any]:
-    """Fixed-rate arrivals (below max_concurrency / latency): each answer waits a 20 ms
-    'upstream', then its judge pass; meanwhile a closed loop of answers that need no judge
-    call (all verdicts cached) measures the loop's throughput with judge traffic present."""
-    upstream = 0.02
-    rate, seconds = 100.0, 5.0  # capacity 64 / 0.2 s = 320 answers/s
+    """Fixed-rate arrivals alone (below max_concurrency / latency): each answer waits a 20 ms
+    'upstream', then its judge pass; p50 / p99 against upstream + one judge round trip."""
+    seconds = 5.0
     lat: list[float] = []
-    errors = 0
-
-    async def one(k: int) -> None:
-        nonlocal errors
-        t0 = time.perf_counter()
-        await asyncio.sleep(upstream)
-        claims, ctx = _answer(3, f"open{k}")
-        j = await pipeline.resolve_judge(_pending_judgement(claims, ctx), None)
-        lat.append(time.perf_counter() - t0)
-        if j.outcome.decision.value != "released":
-            errors += 1
-
-    cached_claims, cached_ctx = _answer(3, "cached")
-    cached = _pending_judgement(cached_claims, cached_ctx)
-    await pipeline.resolve_judge(cached, None)
-
-    async def no_judge_loop(stop: float) -> int:
-        n = 0
-        while time.perf_counter() < stop:
-            await pipeline.resolve_judge(cached, None)
-            n += 1
-            if n % 20 == 0:
-                await asyncio.sleep(0)
-        return n
-
-    async def drive(k0: int) -> list[asyncio.Task[None]]:
-        tasks: list[asyncio.Task[None]] = []
-        t_start = time.perf_counter()
-        k = 0
-        while time.perf_counter() < t_start + seconds:
-            tasks.append(asyncio.create_task(one(k0 + k)))
-            k += 1
-            await asyncio.sleep(max(0.0, t_start + k / rate - time.perf_counter()))
-        await asyncio.gather(*tasks)
-        return tasks
-
-    # A: the open loop alone.
-    await drive(0)
-    lat.sort()
-    alone_lat = list(lat)
-    lat.clear()
-    # B: answers that need no judge call, alone; C: the same with the open loop running.
-    base_seconds = 2.0
-    alone = await no_judge_loop(time.perf_counter() + base_seconds) / base_seconds
-    counter = asyncio.create_task(no_judge_loop(time.perf_counter() + seconds))
-    await drive(100_000)
-    with_traffic = await counter / seconds
+    errors = await _drive(pipeline, _judged_answers(RATE * seconds, "open"), seconds, lat)
     lat.sort()
     return {
-        "open_loop_rate": rate,
-        "open_loop_answers": len(alone_lat),
-        "open_loop_p50_ms": round(alone_lat[len(alone_lat) // 2] * 1000, 1),
-        "open_loop_p99_ms": round(alone_lat[int(len(alone_lat) * 0.99)] * 1000, 1),
-        "open_loop_budget_ms": round((upstream + latency) * 1000 + 5, 1),
+        "open_loop_rate": RATE,
+        "open_loop_answers": len(lat),
+        "open_loop_p50_ms": round(lat[len(lat) // 2] * 1000, 1),
+        "open_loop_p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 1),
+        "open_loop_budget_ms": round((UPSTREAM + latency) * 1000 + 5, 1),
         "open_loop_errors": errors,
-        "open_loop_p50_ms_beside_saturating_no_judge_loop": round(lat[len(lat) // 2] * 1000, 1),
-        "no_judge_answers_per_s_alone": round(alone),
-        "no_judge_answers_per_s_with_judge_traffic": round(with_traffic),
-        "no_judge_throughput_kept": round(with_traffic / alone, 3) if alone else None,
     }
+
+
+# -------------------------------------------------------------------- beside judge traffic
+#
+# The target (DESIGN §10): answers that need no judge call keep >= 90% of their throughput
+# beside judge traffic, i.e. judge waits never block the event loop. On one event loop the
+# judge traffic's own CPU (building the call, HTTP, reading the verdicts) necessarily comes
+# out of the loop's time; what must not happen is the loop stalling on a judge call. So each
+# round measures, taken in turns, three windows of the same length on this one loop:
+#
+#   judge   the judge traffic alone (fixed rate, below the judge's capacity): its CPU
+#   alone   a closed loop of answers whose verdicts are all cached: their throughput
+#   with    both at once
+#
+# and each window's thread time from /proc/thread-self/schedstat: on a CPU, waiting for one
+# (the machine's other work: the scripted judge process, other users), and neither (the loop
+# blocked in a system call or slept; it never has reason to while the closed loop runs).
+
+RATE = 100.0  # judged answers/s; the judge's capacity is max_concurrency 64 / 0.2 s = 320/s
+UPSTREAM = 0.02  # each judged answer's simulated upstream wait before its judge pass
+WARM = 0.4  # judge traffic runs this long before a "with" window opens (two round trips)
+
+
+def _sched() -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for one) of this thread so far."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as fh:
+            on, wait, _ = fh.read().split()
+        return int(on) / 1e9, int(wait) / 1e9
+    except (OSError, ValueError):
+        return time.thread_time(), 0.0  # no schedstat: waiting is counted as blocked
+
+
+class _Window:
+    """One measured stretch of the loop: wall, on-CPU, waiting and the closed loop's work."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = self.waiting = 0.0
+        self.answers = 0
+        self.holds: list[float] = []  # wall seconds the loop was away at each yield
+        self.hold_cpus: list[float] = []  # thread CPU seconds of each: other callbacks' work
+        self._t0, self._s0 = 0.0, (0.0, 0.0)
+
+    def start(self) -> None:
+        self._s0, self._t0 = _sched(), time.perf_counter()
+
+    def stop(self) -> None:
+        self.wall = time.perf_counter() - self._t0
+        s1 = _sched()
+        self.cpu, self.waiting = s1[0] - self._s0[0], s1[1] - self._s0[1]
+
+    @property
+    def blocked(self) -> float:
+        return max(0.0, self.wall - self.cpu - self.waiting)
+
+
+def _judged_answers(n: float, tag: str) -> list[Judgement]:
+    # Built before the clock starts: the bench's own answer building is no judge traffic.
+    out = []
+    for k in range(int(n) + 1):
+        claims, ctx = _answer(3, f"{tag}{k}")
+        out.append(_pending_judgement(claims, ctx))
+    return out
+
+
+async def _drive(pipeline: RoutePipeline, answers: list[Judgement], seconds: float,
+                 lat: list[float] | None = None) -> int:
+    """Start one judged answer every 1 / RATE s for `seconds`, then wait for them all;
+    the number that were not released."""
+    errors = 0
+
+    async def one(j: Judgement) -> None:
+        nonlocal errors
+        t0 = time.perf_counter()
+        await asyncio.sleep(UPSTREAM)
+        out = await pipeline.resolve_judge(j, None)
+        if lat is not None:
+            lat.append(time.perf_counter() - t0)
+        if out.outcome.decision.value != "released":
+            errors += 1
+
+    tasks: list[asyncio.Task[None]] = []
+    t_start = time.perf_counter()
+    k = 0
+    while time.perf_counter() < t_start + seconds:
+        tasks.append(asyncio.create_task(one(answers[k])))
+        k += 1
+        await asyncio.sleep(max(0.0, t_start + k / RATE - time.perf_counter()))
+    await asyncio.gather(*tasks)
+    return errors
+
+
+async def _no_judge_loop(pipeline: RoutePipeline, cached: Judgement, w: _Window,
+                         seconds: float) -> None:
+    """Answers needing no judge call, back to back, each given its own turn of the loop (as
+    a server's requests are); counts them and how long the loop was away between them."""
+    stop = time.perf_counter() + seconds
+    while True:
+        await pipeline.resolve_judge(cached, None)
+        w.answers += 1
+        t = time.perf_counter()
+        if t >= stop:
+            return
+        c = time.thread_time()
+        await asyncio.sleep(0)
+        w.hold_cpus.append(time.thread_time() - c)
+        w.holds.append(time.perf_counter() - t)
+
+
+async def beside(pipeline: RoutePipeline, rounds: int, seconds: float) -> dict[str, Any]:
+    cached_claims, cached_ctx = _answer(3, "cached")
+    cached = _pending_judgement(cached_claims, cached_ctx)
+    await pipeline.resolve_judge(cached, None)  # its verdicts are cached from now on
+    windows: dict[str, list[_Window]] = {"judge": [], "alone": [], "with": []}
+    judged_lat: list[float] = []
+    errors = 0
+    order = ["judge", "alone", "with"]
+    for r in range(rounds):
+        for kind in order[r % 3:] + order[: r % 3]:  # rotated: no kind always goes first
+            answers = _judged_answers(RATE * (seconds + WARM), f"r{r}{kind}")
+            gc.collect()
+            await asyncio.sleep(0.2)  # let the machine settle after the last window
+            w = _Window()
+            if kind != "with":
+                w.start()
+            if kind == "judge":
+                errors += await _drive(pipeline, answers, seconds)
+            elif kind == "alone":
+                await _no_judge_loop(pipeline, cached, w, seconds)
+            else:
+                # The judge traffic runs from WARM s before the window to its end: the window
+                # sees it in its steady state (calls going out and verdicts coming back).
+                driver = asyncio.create_task(
+                    _drive(pipeline, answers, seconds + WARM, judged_lat))
+                await asyncio.sleep(WARM)
+                w.start()
+                await _no_judge_loop(pipeline, cached, w, seconds)
+                w.stop()
+                errors += await driver
+            if kind != "with":
+                w.stop()  # "judge": including its last answers' judge round trips
+            windows[kind].append(w)
+    return _beside_figures(windows, judged_lat, errors, seconds)
+
+
+def _beside_figures(windows: dict[str, list[_Window]], judged_lat: list[float], errors: int,
+                    seconds: float) -> dict[str, Any]:
+    med = statistics.median
+    # The judge traffic's CPU per wall second at RATE, alone (the loop idles between arrivals).
+    judge_alone = [w.cpu / seconds for w in windows["judge"]]
+    alone = [w.answers / w.wall for w in windows["alone"]]
+    with_ = [w.answers / w.wall for w in windows["with"]]
+    kept = [b / a for a, b in zip(alone, with_, strict=True)]
+    # Beside it, measured in the window itself: the CPU the loop spent away from the no-judge
+    # answers, less what a yield costs when nothing else runs.
+    per_yield = med([sum(w.hold_cpus) / max(1, len(w.holds)) for w in windows["alone"]])
+    judge_with = [max(0.0, sum(w.hold_cpus) - per_yield * len(w.holds)) for w in windows["with"]]
+    judge_with_share = [j / w.wall for j, w in zip(judge_with, windows["with"], strict=True)]
+    cost_alone = [w.cpu / w.answers * 1e6 for w in windows["alone"]]
+    cost_with = [(w.cpu - j) / w.answers * 1e6
+                 for j, w in zip(judge_with, windows["with"], strict=True)]
+    per_cpu_alone = [w.answers / w.cpu for w in windows["alone"]]
+    per_cpu_with = [w.answers / w.cpu for w in windows["with"]]
+    holds = sorted(h for w in windows["with"] for h in w.holds)
+    holds_alone = sorted(h for w in windows["alone"] for h in w.holds)
+    hold_cpus = sorted(h for w in windows["with"] for h in w.hold_cpus)
+    judged_lat.sort()
+
+    def share(kind: str, attr: str) -> list[float]:
+        return [round(getattr(w, attr) / w.wall, 3) for w in windows[kind]]
+
+    def q(xs: list[float], p: float) -> float:
+        return round(xs[min(len(xs) - 1, int(len(xs) * p))] * 1000, 2) if xs else 0.0
+
+    return {
+        "rounds": len(kept),
+        "window_s": seconds,
+        "judged_rate": RATE,
+        "no_judge_per_s_alone": [round(x) for x in alone],
+        "no_judge_per_s_with_judge_traffic": [round(x) for x in with_],
+        "no_judge_kept": [round(x, 3) for x in kept],
+        "no_judge_kept_median": round(med(kept), 3),
+        # Per second of CPU the loop actually got: what the machine's other work cannot move.
+        "no_judge_kept_per_cpu_second": [round(b / a, 3) for a, b in
+                                         zip(per_cpu_alone, per_cpu_with, strict=True)],
+        "judge_traffic_cpu_share_alone": [round(x, 3) for x in judge_alone],
+        "judge_traffic_cpu_us_per_answer_alone": [round(x / RATE * 1e6) for x in judge_alone],
+        "judge_traffic_cpu_share_with": [round(x, 3) for x in judge_with_share],
+        "judge_traffic_share_of_loop_cpu_with": [
+            round(j / w.cpu, 3) for j, w in zip(judge_with, windows["with"], strict=True)],
+        "on_cpu_share_alone": share("alone", "cpu"),
+        "on_cpu_share_with": share("with", "cpu"),
+        "waiting_for_cpu_share_alone": share("alone", "waiting"),
+        "waiting_for_cpu_share_with": share("with", "waiting"),
+        "blocked_share_alone": share("alone", "blocked"),
+        "blocked_share_with": share("with", "blocked"),
+        "no_judge_cpu_us_alone": [round(x, 1) for x in cost_alone],
+        "no_judge_cpu_us_with": [round(x, 1) for x in cost_with],
+        # On a core of its own the loop would lose the judge traffic's CPU per second, and any
+        # change in the no-judge answers' own cost beside it (caches, allocation).
+        "kept_on_a_core_of_its_own": round(
+            (1 - med(judge_with_share)) * med(cost_alone) / med(cost_with), 3),
+        "loop_away_ms_alone_p99_max": [q(holds_alone, 0.99), q(holds_alone, 1.0)],
+        "loop_away_ms_with_p50_p99_max": [q(holds, 0.5), q(holds, 0.99), q(holds, 1.0)],
+        # The same turns of the loop in CPU time: the judge traffic's work between two
+        # no-judge answers; the rest of a long wall-clock turn was spent waiting for a CPU.
+        "loop_away_cpu_ms_with_p99_max": [q(hold_cpus, 0.99), q(hold_cpus, 1.0)],
+        "judged_p50_ms_beside_no_judge_loop": q(judged_lat, 0.5),
+        "judged_errors": errors,
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The figures as the markdown `make bench` prints and docs/benchmarks.md quotes."""
+    out = []
+    lex = result.get("lexical")
+    if lex:
+        out.append(f"Lexical tier on {lex['rows']} AttributionBench dev rows: macro-F1 "
+                   f"{lex['macro_f1']:.3f}, balanced accuracy {lex['balanced_accuracy']:.3f}, "
+                   f"{lex['rows_per_second']:,.0f} rows/s; macro-F1 by `support.threshold`: "
+                   + ", ".join(f"{t} {f:.3f}" for t, f in lex["by_threshold"]) + ".\n")
+    else:
+        out.append("Lexical tier: not measured (no AttributionBench dev set at --data).\n")
+    j = result["judge"]
+    b = j["beside"]
+
+    def spread(xs: list[float], fmt: str) -> str:
+        lo, mid, hi = min(xs), statistics.median(xs), max(xs)
+        return f"{format(mid, fmt)} ({format(lo, fmt)}–{format(hi, fmt)})"
+
+    rt = result["judge_latency_ms"]
+    rows = [
+        ["added latency per answer over one judge round trip, p50 / max of 20",
+         f"{j['added_ms_over_round_trip_p50']} / {j['added_ms_over_round_trip_max']} ms",
+         "≤ 2 ms (p50)"],
+        ["judge calls per answer (5 claims, one chunk)", f"{j['calls_per_answer']:g}", "1"],
+        ["an answer whose 5 verdicts are all cached",
+         f"{j['cache_hit_answer_us_p50']} µs ({j['cache_hit_per_claim_us']} µs per claim)",
+         "≤ 50 µs per hit"],
+        [f"open loop at {j['open_loop_rate']:g} answers/s, {UPSTREAM * 1000:g} ms upstream: "
+         "p50 / p99", f"{j['open_loop_p50_ms']} / {j['open_loop_p99_ms']} ms, "
+         f"{j['open_loop_errors']} errors", f"≤ {j['open_loop_budget_ms']} ms"],
+        [f"no-judge answers/s alone → beside {b['judged_rate']:g} judged answers/s; kept "
+         f"(median, min–max of {b['rounds']} rounds)",
+         f"{spread(b['no_judge_per_s_alone'], ',.0f')} → "
+         f"{spread(b['no_judge_per_s_with_judge_traffic'], ',.0f')}; "
+         f"{spread(b['no_judge_kept'], '.0%')}", "≥ 90%"],
+    ]
+    table = "\n".join(["| measure | result | target |", "| --- | --- | --- |"]
+                      + ["| " + " | ".join(r) + " |" for r in rows])
+    detail = [
+        ["no-judge answers kept per second of CPU the loop got (the machine's share out)",
+         spread(b["no_judge_kept_per_cpu_second"], ".0%")],
+        ["the judge traffic's CPU, share of a core: alone / beside (measured in the window)",
+         f"{spread(b['judge_traffic_cpu_share_alone'], '.1%')} / "
+         f"{spread(b['judge_traffic_cpu_share_with'], '.1%')}"],
+        ["… per judged answer (alone)",
+         spread(b["judge_traffic_cpu_us_per_answer_alone"], ".0f") + " µs"],
+        ["… share of the CPU the loop got (with)",
+         spread(b["judge_traffic_share_of_loop_cpu_with"], ".0%")],
+        ["CPU per no-judge answer, alone / beside judge traffic (its CPU taken out)",
+         f"{spread(b['no_judge_cpu_us_alone'], '.1f')} / "
+         f"{spread(b['no_judge_cpu_us_with'], '.1f')} µs"],
+        ["the loop's thread on a CPU, alone / with",
+         f"{spread(b['on_cpu_share_alone'], '.0%')} / {spread(b['on_cpu_share_with'], '.0%')}"],
+        ["… waiting for a CPU (the machine's other work), alone / with",
+         f"{spread(b['waiting_for_cpu_share_alone'], '.0%')} / "
+         f"{spread(b['waiting_for_cpu_share_with'], '.0%')}"],
+        ["… blocked or asleep with answers ready, alone / with",
+         f"{spread(b['blocked_share_alone'], '.1%')} / {spread(b['blocked_share_with'], '.1%')}"],
+        ["kept on a core of its own: (1 − judge CPU share) × no-judge CPU alone / with",
+         f"{b['kept_on_a_core_of_its_own']:.0%}"],
+        ["loop away between two no-judge answers, p99 / max: alone",
+         " / ".join(f"{x} ms" for x in b["loop_away_ms_alone_p99_max"])],
+        ["… with judge traffic, p50 / p99 / max",
+         " / ".join(f"{x} ms" for x in b["loop_away_ms_with_p50_p99_max"])],
+        ["… of it on a CPU (the judge traffic's work in one turn), p99 / max",
+         " / ".join(f"{x} ms" for x in b["loop_away_cpu_ms_with_p99_max"])],
+        ["judged answers' p50 beside the no-judge loop / errors",
+         f"{b['judged_p50_ms_beside_no_judge_loop']} ms / {b['judged_errors']}"],
+    ]
+    out.append(f"Judge pass against a scripted judge (a separate process answering after "
+               f"{rt:g} ms; answers of pending claims citing one chunk, `group_by: chunk`):\n")
+    out.append(table + "\n")
+    out.append(f"Beside judge traffic, {b['rounds']} rounds of {b['window_s']:g} s windows "
+               "taken in turns (judge traffic alone, no-judge answers alone, both), "
+               "median (min–max); thread times from /proc/thread-self/schedstat:\n")
+    out.append("\n".join(["| measure | result |", "| --- | --- |"]
+                         + ["| " + " | ".join(r) + " |" for r in detail]) + "\n")
+    return "\n".join(out)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(DATA))
     ap.add_argument("--latency", type=float, default=0.2)
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of the beside-judge windows")
+    ap.add_argument("--window", type=float, default=2.0, help="seconds per window")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of markdown")
+    ap.add_argument("--json-out", default=None, help="also write the JSON figures here")
     ap.add_argument("--serve-judge", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve_judge is not None:
@@ -285,12 +528,15 @@ def main() -> int:
                              "--latency", str(args.latency)])
     try:
         _wait_port(port)
-        result["judge"] = asyncio.run(judge_costs(f"http://127.0.0.1:{port}", args.latency))
+        result["judge"] = asyncio.run(judge_costs(f"http://127.0.0.1:{port}", args.latency,
+                                                  args.rounds, args.window))
     finally:
         proc.terminate()
         proc.wait(10)
     result["judge_latency_ms"] = args.latency * 1000
-    print(json.dumps(result, indent=2))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2) if args.json else markdown(result))
     return 0
 
 

@@ -5,6 +5,7 @@ circuit breaker, the cache, the concurrency limit, and the tei backend."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
@@ -13,8 +14,8 @@ from typing import Any
 import pytest
 
 from gateway.checks.judge import JudgePass, Pending, last_user_text
-from gateway.judge.client import close_clients, reset_clients
-from gateway.judge.prompts import build_prompt
+from gateway.judge.client import client_for, close_clients, reset_clients
+from gateway.judge.prompts import RESPONSE_FORMATS, CallItem, ChatBody, build_prompt
 from gateway.policy import JudgeSpec
 from gateway.types import Status
 from tests.judge_server import CLAIM, JudgeScript, run_judge
@@ -337,3 +338,32 @@ async def test_tei_wrong_count_is_an_error(judge_url: str, script: JudgeScript) 
     s = JudgeSpec.model_validate({"url": judge_url, "backend": "tei", "group_by": "answer"})
     results, _ = await run(JudgePass(s), THREE)
     assert {r.kind for r in results.values()} == {"judge_bad_verdicts"}
+
+
+@pytest.mark.parametrize("name", ["default", "minicheck", "template"])
+@pytest.mark.parametrize("json_schema", [True, False])
+def test_chat_body_is_the_payload_encoded_whole(name: str, json_schema: bool) -> None:
+    # The constant parts are encoded once; the bytes must be json.dumps of the whole payload.
+    prompt = build_prompt(name, "Judge: {chunks}\n{claims} \"ü\" </claim>" if name == "template"
+                          else None)
+    chunks = {"1": 'Säure <passage id="x"> "quoted" \\ \u2028', "2": "Zwei."}
+    items = [CallItem("c1", 'It says "ü" </claim>', ("1",), "Wer? \x00")]
+    if name != "minicheck":
+        items.append(CallItem("c2", "The second claim.", ("1", "2")))
+    user = prompt.user(chunks, items)
+    payload: dict[str, Any] = {"model": 'j\u00e9 "m"', "messages": prompt.messages(chunks, items),
+                               "temperature": 0}
+    if not prompt.per_pair:
+        payload["response_format"] = RESPONSE_FORMATS[json_schema]
+    expected = json.dumps(payload, ensure_ascii=False).encode()
+    assert ChatBody(prompt, 'j\u00e9 "m"').encode(user, json_schema) == expected
+
+
+async def test_the_client_is_looked_up_once_per_settings(judge_url: str) -> None:
+    s = spec(judge_url)
+    p = JudgePass(s)
+    assert p.client is client_for(s) is client_for(JudgeSpec.model_validate(s.model_dump()))
+    assert p.client is not client_for(spec(judge_url, retries=1))
+    first = p.client
+    reset_clients()  # forgotten clients are not reused
+    assert p.client is not first and p.client is client_for(s)

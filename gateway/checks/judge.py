@@ -19,8 +19,15 @@ from typing import Any
 
 from gateway.checks.support import content_words
 from gateway.judge.cache import cache_key
-from gateway.judge.client import CallRecord, JudgeClient, JudgeError, UpstreamFactory, client_for
-from gateway.judge.prompts import VERDICT_SCHEMA, CallItem, Prompt, PromptFormatError, build_prompt
+from gateway.judge.client import (
+    CallRecord,
+    JudgeClient,
+    JudgeError,
+    UpstreamFactory,
+    client_for,
+    client_settings,
+)
+from gateway.judge.prompts import CallItem, ChatBody, Prompt, PromptFormatError, build_prompt
 from gateway.types import CheckResult
 
 __all__ = ["PENDING", "JudgePass", "JudgeStats", "Pending", "last_user_text"]
@@ -162,17 +169,19 @@ class JudgePass:
         self.group_by: str = spec.group_by
         self.model: str = spec.model
         self.prompt: Prompt = build_prompt(spec.prompt, spec.template)
+        self.body = ChatBody(self.prompt, self.model)
         self.prompt_version = (
             f"tei-{spec.label}-{spec.threshold}" if self.backend == "tei" else self.prompt.version
         )
         self._client = client
         self._connect = connect
+        self._settings = client_settings(spec, connect)
         self.yes = {"YES", "PARTIAL"} if spec.on_partial == "pass" else {"YES"}
 
     @property
     def client(self) -> JudgeClient:
         """The shared client of this endpoint on the running loop."""
-        return self._client or client_for(self.spec, self._connect)
+        return self._client or client_for(self.spec, self._connect, self._settings)
 
     # -- planning ----------------------------------------------------------------------------
 
@@ -187,12 +196,16 @@ class JudgePass:
             return True
         return self.group_by == "chunk"
 
-    def plan(self, pending: Sequence[Pending], question: str | None, stats: JudgeStats) -> tuple[
-        list[_Call], dict[int, dict[str | None, str]]
-    ]:
+    def plan(
+        self,
+        pending: Sequence[Pending],
+        question: str | None,
+        stats: JudgeStats,
+        client: JudgeClient | None = None,
+    ) -> tuple[list[_Call], dict[int, dict[str | None, str]]]:
         """The calls to make, and the verdicts the cache already has
         ({claim index: {chunk id | None: label}})."""
-        cache = self.client.cache
+        cache = (client or self.client).cache
         known: dict[int, dict[str | None, str]] = {p.index: {} for p in pending}
         calls: list[_Call] = []
         by_chunk: dict[str, _Call] = {}
@@ -249,33 +262,22 @@ class JudgePass:
 
     # -- calls -------------------------------------------------------------------------------
 
-    async def _call(self, call: _Call, deadline: float, stats: JudgeStats) -> dict[
-        str, tuple[str, str]
-    ]:
+    async def _call(
+        self, client: JudgeClient, call: _Call, deadline: float, stats: JudgeStats
+    ) -> dict[str, tuple[str, str]]:
         if self.backend == "tei":
-            return await self._call_tei(call, deadline, stats)
-        messages = self.prompt.messages(call.chunks, call.items)
-        payload: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "temperature": 0,
-        }
-        if not self.prompt.per_pair:
-            payload["response_format"] = (
-                {"type": "json_schema",
-                 "json_schema": {"name": "verdicts", "strict": True, "schema": VERDICT_SCHEMA}}
-                if self.client.json_schema
-                else {"type": "json_object"}
-            )
+            return await self._call_tei(client, call, deadline, stats)
+        user = self.prompt.user(call.chunks, call.items)
+        body = self.body.encode(user, client.json_schema)
         try:
-            answer, _ = await self.client.post("/chat/completions", payload, deadline, stats.calls)
+            answer, _ = await client.post("/chat/completions", body, deadline, stats.calls)
         except JudgeError as e:
-            if e.kind != "http_4xx_schema" or not self.client.json_schema:
+            if e.kind != "http_4xx_schema" or not client.json_schema:
                 raise
             # The endpoint has no structured output: JSON mode, and the schema in the prompt.
-            self.client.json_schema = False
-            payload["response_format"] = {"type": "json_object"}
-            answer, _ = await self.client.post("/chat/completions", payload, deadline, stats.calls)
+            client.json_schema = False
+            body = self.body.encode(user, False)
+            answer, _ = await client.post("/chat/completions", body, deadline, stats.calls)
         content, usage = _chat_content(answer)
         if stats.calls:
             stats.calls[-1].usage = usage
@@ -287,15 +289,15 @@ class JudgePass:
             raise JudgeError("bad_verdicts", str(e)) from None
         return {cid: (label, why) for cid, (label, why) in parsed.items()}
 
-    async def _call_tei(self, call: _Call, deadline: float, stats: JudgeStats) -> dict[
-        str, tuple[str, str]
-    ]:
+    async def _call_tei(
+        self, client: JudgeClient, call: _Call, deadline: float, stats: JudgeStats
+    ) -> dict[str, tuple[str, str]]:
         ids = list(call.targets)
         pairs = []
         for item in call.items:
             (chunk_id,) = item.chunks
             pairs.append([call.chunks[chunk_id], item.claim])
-        answer, _ = await self.client.post(
+        answer, _ = await client.post(
             "/predict", {"inputs": pairs, "raw_scores": False}, deadline, stats.calls
         )
         rows: Any = answer
@@ -334,10 +336,11 @@ class JudgePass:
         """One CheckResult per pending claim (by index), and what it took."""
         t0 = time.monotonic()
         stats = JudgeStats(self.prompt_version, self.model)
-        calls, known = self.plan(pending, question, stats)
+        client = self.client  # once per answer: the lookup is not free
+        calls, known = self.plan(pending, question, stats, client)
         errors: dict[int, str] = {}
         if calls:
-            tasks = [asyncio.ensure_future(self._call(c, deadline, stats)) for c in calls]
+            tasks = [asyncio.ensure_future(self._call(client, c, deadline, stats)) for c in calls]
             remaining = deadline - time.monotonic()
             try:
                 if remaining > 0:
@@ -359,7 +362,7 @@ class JudgePass:
                     for cid, (label, why) in task.result().items():
                         index, unit, key = call.targets[cid]
                         known[index][unit] = label
-                        self.client.cache.put(key, label, why)
+                        client.cache.put(key, label, why)
                         if why:
                             stats.rationales.setdefault(index, []).append(why)
                 if kind:
@@ -371,7 +374,7 @@ class JudgePass:
                 if t.done():
                     t.exception()  # retrieved: no "never retrieved" warning
         stats.seconds = time.monotonic() - t0
-        stats.circuit_open = self.client.circuit.state != "closed"
+        stats.circuit_open = client.circuit.state != "closed"
         results: dict[int, CheckResult] = {}
         for p in pending:
             labels = known[p.index]

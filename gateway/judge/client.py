@@ -28,7 +28,14 @@ from gateway.judge.circuit import Circuit
 from gateway.upstream import Limits, Timeouts, Upstream
 from gateway.upstream_tls import UpstreamNetwork
 
-__all__ = ["JudgeClient", "JudgeError", "UpstreamFactory", "client_for", "use_network"]
+__all__ = [
+    "JudgeClient",
+    "JudgeError",
+    "UpstreamFactory",
+    "client_for",
+    "client_settings",
+    "use_network",
+]
 
 UpstreamFactory = Callable[[str, Timeouts, Limits], Upstream]
 
@@ -125,12 +132,20 @@ class JudgeClient:
         return self._sem
 
     async def post(
-        self, path: str, payload: Mapping[str, Any], deadline: float, record: list[CallRecord]
+        self,
+        path: str,
+        payload: Mapping[str, Any] | bytes,
+        deadline: float,
+        record: list[CallRecord],
     ) -> tuple[dict[str, Any] | list[Any], float]:
-        """POST `payload` as JSON to `url + path` and return the parsed JSON answer and the
-        seconds it took; retried on connect errors, 429 and 5xx within `deadline` (a
-        `time.monotonic()` value). Each attempt is appended to `record`."""
-        body = json.dumps(payload, ensure_ascii=False).encode()
+        """POST `payload` as JSON (or bytes, JSON already) to `url + path` and return the parsed
+        JSON answer and the seconds it took; retried on connect errors, 429 and 5xx within
+        `deadline` (a `time.monotonic()` value). Each attempt is appended to `record`."""
+        body = (
+            payload
+            if isinstance(payload, bytes)
+            else json.dumps(payload, ensure_ascii=False).encode()
+        )
         headers = list(self._headers)
         if self._key:
             headers.append(("authorization", f"Bearer {self._key}"))
@@ -226,15 +241,10 @@ class JudgeClient:
 _CLIENTS: dict[tuple[object, ...], JudgeClient] = {}
 
 
-def client_for(spec: Any, connect: UpstreamFactory | None = None) -> JudgeClient:
-    """The process's client for a `support.judge` spec: one per endpoint and settings, so the
-    circuit, the concurrency limit and the cache outlive policy reloads that keep them."""
-    try:
-        loop: object = asyncio.get_running_loop()
-    except RuntimeError:
-        loop = None
-    key = (
-        id(loop),  # connections belong to one event loop (one per process when serving)
+def client_settings(spec: Any, connect: UpstreamFactory | None = None) -> tuple[object, ...]:
+    """What makes two `support.judge` specs share a client (the endpoint and its settings);
+    computed once per pass, since `client_for` runs several times per judged answer."""
+    return (
         spec.backend,
         spec.url,
         spec.key,
@@ -247,6 +257,20 @@ def client_for(spec: Any, connect: UpstreamFactory | None = None) -> JudgeClient
         spec.cache.ttl,
         connect,
     )
+
+
+def client_for(
+    spec: Any, connect: UpstreamFactory | None = None, settings: tuple[object, ...] | None = None
+) -> JudgeClient:
+    """The process's client for a `support.judge` spec: one per endpoint and settings, so the
+    circuit, the concurrency limit and the cache outlive policy reloads that keep them.
+    `settings`: `client_settings(spec, connect)`, when the caller has it already."""
+    try:
+        loop: object = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    # connections belong to one event loop (one per process when serving)
+    key = (id(loop), *(settings if settings is not None else client_settings(spec, connect)))
     client = _CLIENTS.get(key)
     if client is None:
         client = _CLIENTS[key] = JudgeClient(

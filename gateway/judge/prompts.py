@@ -20,7 +20,9 @@ __all__ = [
     "DEFAULT_SYSTEM",
     "DEFAULT_TEMPLATE",
     "MINICHECK_TEMPLATE",
+    "RESPONSE_FORMATS",
     "CallItem",
+    "ChatBody",
     "Prompt",
     "PromptFormatError",
     "Verdict",
@@ -114,11 +116,17 @@ class Prompt:
     def messages(
         self, chunks: Mapping[str, str], items: Sequence[CallItem]
     ) -> list[dict[str, str]]:
+        user = self.user(chunks, items)
+        if self.kind == "minicheck":
+            return [{"role": "user", "content": user}]
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
+
+    def user(self, chunks: Mapping[str, str], items: Sequence[CallItem]) -> str:
+        """The user message of one call (the system message is `system`, the same for all)."""
         if self.kind == "minicheck":
             (item,) = items
             document = "\n\n".join(chunks.values())
-            text = self.template.replace("{document}", document).replace("{claim}", item.claim)
-            return [{"role": "user", "content": text}]
+            return self.template.replace("{document}", document).replace("{claim}", item.claim)
         passages = "\n".join(
             f'<passage id="{_esc(cid)}">\n{_esc(text)}\n</passage>' for cid, text in chunks.items()
         )
@@ -133,12 +141,11 @@ class Prompt:
             lines.append(
                 f'<claim id="{_esc(item.id)}" cites="{cites}">{_esc(item.claim)}</claim>{q}'
             )
-        user = (
+        return (
             self.template.replace("{chunks}", passages)
             .replace("{claims}", "\n".join(lines))
             .replace("{question}", "")
         )
-        return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
 
     def parse(self, content: str, ids: Sequence[str]) -> dict[str, tuple[Verdict, str]]:
         """{id: (label, rationale)} for exactly the ids sent; PromptFormatError otherwise."""
@@ -177,6 +184,42 @@ class Prompt:
         if len(out) != len(wanted):
             raise PromptFormatError("a claim id has no verdict")
         return out
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+RESPONSE_FORMATS: dict[bool, dict[str, Any]] = {
+    True: {"type": "json_schema",
+           "json_schema": {"name": "verdicts", "strict": True, "schema": VERDICT_SCHEMA}},
+    False: {"type": "json_object"},  # an endpoint without structured output: JSON mode
+}
+
+
+class ChatBody:
+    """A chat-completions call's request body with its constant parts (model, system prompt,
+    response format: most of the bytes) encoded once, so that a call encodes only its own
+    user message. The bytes are `json.dumps` of the whole payload, key for key."""
+
+    def __init__(self, prompt: Prompt, model: str) -> None:
+        system = "" if prompt.kind == "minicheck" else (
+            _json({"role": "system", "content": prompt.system}) + ", "
+        )
+        self._head = (
+            f'{{"model": {_json(model)}, "messages": [{system}{{"role": "user", "content": '
+        )
+        self._tails = {
+            schema: '}], "temperature": 0'
+            + ("" if prompt.per_pair else f', "response_format": {_json(rf)}')
+            + "}"
+            for schema, rf in RESPONSE_FORMATS.items()
+        }
+
+    def encode(self, user: str, json_schema: bool) -> bytes:
+        """The body of a call whose user message is `user`; `json_schema`: the response format
+        is the verdict schema (else JSON mode)."""
+        return (self._head + _json(user) + self._tails[json_schema]).encode()
 
 
 def build_prompt(name: str, template: str | None) -> Prompt:
