@@ -232,7 +232,6 @@ class Adapter(ABC):
 
     # -- what the client receives --------------------------------------------------------------
 
-    @abstractmethod
     def render(
         self,
         answer: Answer,
@@ -240,7 +239,33 @@ class Adapter(ABC):
         outcome: Outcome,
         report: Report,
         policy: Policy,
-    ) -> dict[str, object]: ...
+    ) -> dict[str, object]:
+        """The body for a decision: one exhaustive match (`render_decision`) over the
+        protocol's three shapes and its error envelope."""
+        return render_decision(
+            outcome,
+            policy,
+            released=lambda: self.released_body(answer, policy),
+            partial=lambda: self.partial_body(answer, claims, outcome, policy),
+            template=lambda text: self.template_body(answer, text, policy),
+            blocked=lambda message: self.error_envelope(
+                policy.release.block_status, message, BLOCKED_TYPE
+            ),
+        )
+
+    @abstractmethod
+    def released_body(self, answer: Answer, policy: Policy) -> dict[str, object]:
+        """The released answer with channel and field rules applied."""
+
+    @abstractmethod
+    def partial_body(
+        self, answer: Answer, claims: Sequence[Claim], outcome: Outcome, policy: Policy
+    ) -> dict[str, object]:
+        """The answer with only the kept claims and the disclosure."""
+
+    @abstractmethod
+    def template_body(self, answer: Answer, text: str, policy: Policy) -> dict[str, object]:
+        """The answer replaced by a template's text (abstained, review)."""
 
     @abstractmethod
     def to_stream(self, body: Mapping[str, object], include_usage: bool) -> list[SSEEvent]: ...

@@ -24,19 +24,17 @@ from gateway.context import Trust, generic_request_context
 from gateway.errors import ProtocolError
 from gateway.policy import Policy, RagSpec, Route
 from gateway.protocols.base import (
-    BLOCKED_TYPE,
     Adapter,
     RequestInfo,
     StreamParser,
     TextDelta,
     rebuild_text,
-    render_decision,
     split_claims,
 )
 from gateway.protocols.fields import loads_unique
 from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
 from gateway.sse import SSEEvent
-from gateway.types import Answer, Channel, Claim, ContextSet, Outcome, Report
+from gateway.types import Answer, Channel, Claim, ContextSet, Outcome
 
 __all__ = ["KEEP_MAX_CHARS", "RagAnswer", "RagJson", "RagJsonStreamParser"]
 
@@ -245,24 +243,16 @@ class RagJson(Adapter):
             _keep(out, answer.body, jsonpointer.parse(pointer))
         return out
 
-    def render(
-        self,
-        answer: Answer,
-        claims: Sequence[Claim],
-        outcome: Outcome,
-        report: Report,
-        policy: Policy,
+    def released_body(self, answer: Answer, policy: Policy) -> dict[str, object]:
+        return self._skeleton(answer, policy)
+
+    def partial_body(
+        self, answer: Answer, claims: Sequence[Claim], outcome: Outcome, policy: Policy
     ) -> dict[str, object]:
-        return render_decision(
-            outcome,
-            policy,
-            released=lambda: self._skeleton(answer, policy),
-            partial=lambda: self._partial(answer, claims, outcome, policy),
-            template=lambda text: self._template(answer, policy, text),
-            blocked=lambda message: self.error_envelope(
-                policy.release.block_status, message, BLOCKED_TYPE
-            ),
-        )
+        return self._partial(answer, claims, outcome, policy)
+
+    def template_body(self, answer: Answer, text: str, policy: Policy) -> dict[str, object]:
+        return self._template(answer, policy, text)
 
     @staticmethod
     def _paths(answer: Answer) -> list[tuple[str, ...]]:

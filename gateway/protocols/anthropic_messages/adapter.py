@@ -23,16 +23,14 @@ from gateway.protocols.anthropic_messages.render import (
 )
 from gateway.protocols.anthropic_messages.stream import AnthropicStreamParser
 from gateway.protocols.base import (
-    BLOCKED_TYPE,
     Adapter,
     RequestInfo,
     channel_key,
-    render_decision,
     rule_withholds_something,
 )
 from gateway.protocols.relay import relayed_message, relayed_token
 from gateway.sse import SSEEvent
-from gateway.types import Answer, Claim, ContextSet, Outcome, Report
+from gateway.types import Answer, Claim, ContextSet, Outcome
 
 __all__ = ["AnthropicMessages"]
 
@@ -79,24 +77,16 @@ class AnthropicMessages(Adapter):
             return True
         return rule_withholds_something(answer, policy)
 
-    def render(
-        self,
-        answer: Answer,
-        claims: Sequence[Claim],
-        outcome: Outcome,
-        report: Report,
-        policy: Policy,
+    def released_body(self, answer: Answer, policy: Policy) -> dict[str, object]:
+        return released_body(answer, policy)
+
+    def partial_body(
+        self, answer: Answer, claims: Sequence[Claim], outcome: Outcome, policy: Policy
     ) -> dict[str, object]:
-        return render_decision(
-            outcome,
-            policy,
-            released=lambda: released_body(answer, policy),
-            partial=lambda: partial_body(answer, claims, outcome, policy),
-            template=lambda text: abstained_body(answer, text),
-            blocked=lambda message: self.error_envelope(
-                policy.release.block_status, message, BLOCKED_TYPE
-            ),
-        )
+        return partial_body(answer, claims, outcome, policy)
+
+    def template_body(self, answer: Answer, text: str, policy: Policy) -> dict[str, object]:
+        return abstained_body(answer, text)
 
     def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]:
         return error_body(message, type_)

@@ -15,11 +15,9 @@ from collections.abc import Mapping, Sequence
 from gateway.context import Trust
 from gateway.policy import Policy, Route
 from gateway.protocols.base import (
-    BLOCKED_TYPE,
     Adapter,
     RequestInfo,
     channel_key,
-    render_decision,
 )
 from gateway.protocols.bedrock.codec import BedrockCodec
 from gateway.protocols.bedrock.context import request_context
@@ -36,7 +34,7 @@ from gateway.protocols.bedrock.render import (
 from gateway.protocols.bedrock.stream import BedrockStreamParser, to_events
 from gateway.protocols.relay import relayed_message
 from gateway.sse import SSEEvent
-from gateway.types import Answer, Claim, ContextSet, Outcome, Report
+from gateway.types import Answer, Claim, ContextSet, Outcome
 
 __all__ = ["BedrockConverse"]
 
@@ -90,24 +88,16 @@ class BedrockConverse(Adapter):
         (`p`), which is never relayed."""
         return False
 
-    def render(
-        self,
-        answer: Answer,
-        claims: Sequence[Claim],
-        outcome: Outcome,
-        report: Report,
-        policy: Policy,
+    def released_body(self, answer: Answer, policy: Policy) -> dict[str, object]:
+        return released_body(answer, policy)
+
+    def partial_body(
+        self, answer: Answer, claims: Sequence[Claim], outcome: Outcome, policy: Policy
     ) -> dict[str, object]:
-        return render_decision(
-            outcome,
-            policy,
-            released=lambda: released_body(answer, policy),
-            partial=lambda: partial_body(answer, claims, outcome, policy),
-            template=lambda text: template_body(answer.body, text),
-            blocked=lambda message: self.error_envelope(
-                policy.release.block_status, message, BLOCKED_TYPE
-            ),
-        )
+        return partial_body(answer, claims, outcome, policy)
+
+    def template_body(self, answer: Answer, text: str, policy: Policy) -> dict[str, object]:
+        return template_body(answer.body, text)
 
     def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]:
         return {"message": message}

@@ -10,11 +10,9 @@ from typing import Any
 from gateway.context import Trust
 from gateway.policy import Policy, Route
 from gateway.protocols.base import (
-    BLOCKED_TYPE,
     Adapter,
     RequestInfo,
     channel_key,
-    render_decision,
     rule_withholds_something,
 )
 from gateway.protocols.cohere import context as cctx
@@ -31,7 +29,7 @@ from gateway.protocols.cohere.retry import with_grounding
 from gateway.protocols.cohere.stream import CohereStreamParser, loads
 from gateway.protocols.relay import relayed_message
 from gateway.sse import SSEDecoder, SSEEvent, encode
-from gateway.types import Answer, Claim, ContextSet, Outcome, Report
+from gateway.types import Answer, Claim, ContextSet, Outcome
 
 __all__ = ["CohereChat"]
 
@@ -87,24 +85,16 @@ class CohereChat(Adapter):
             return False
         return last == "message-end" and b"".join(encode(e) for e in events) == raw
 
-    def render(
-        self,
-        answer: Answer,
-        claims: Sequence[Claim],
-        outcome: Outcome,
-        report: Report,
-        policy: Policy,
+    def released_body(self, answer: Answer, policy: Policy) -> dict[str, object]:
+        return released_body(answer, policy)
+
+    def partial_body(
+        self, answer: Answer, claims: Sequence[Claim], outcome: Outcome, policy: Policy
     ) -> dict[str, object]:
-        return render_decision(
-            outcome,
-            policy,
-            released=lambda: released_body(answer, policy),
-            partial=lambda: partial_body(answer, claims, outcome, policy),
-            template=lambda text: abstained_body(answer, text),
-            blocked=lambda message: self.error_envelope(
-                policy.release.block_status, message, BLOCKED_TYPE
-            ),
-        )
+        return partial_body(answer, claims, outcome, policy)
+
+    def template_body(self, answer: Answer, text: str, policy: Policy) -> dict[str, object]:
+        return abstained_body(answer, text)
 
     def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]:
         """Cohere's error body is `{"message"}`; the gateway's own facts go in `citewarden`."""

@@ -15,7 +15,6 @@ from gateway.policy import Policy, Route
 from gateway.protocols.base import (
     Adapter,
     RequestInfo,
-    render_decision,
     rule_withholds_something,
 )
 from gateway.protocols.gemini import context as gctx
@@ -32,7 +31,7 @@ from gateway.protocols.gemini.retry import with_grounding
 from gateway.protocols.gemini.stream import GeminiStreamParser
 from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
 from gateway.sse import SSEDecoder, SSEEvent, encode
-from gateway.types import Answer, Claim, ContextSet, Outcome, Report
+from gateway.types import Answer, Claim, ContextSet, Outcome
 
 __all__ = ["Gemini", "error_body", "status_name"]
 
@@ -113,22 +112,16 @@ class Gemini(Adapter):
             e.event is None for e in events
         )
 
-    def render(
-        self,
-        answer: Answer,
-        claims: Sequence[Claim],
-        outcome: Outcome,
-        report: Report,
-        policy: Policy,
+    def released_body(self, answer: Answer, policy: Policy) -> dict[str, object]:
+        return released_body(answer, policy)
+
+    def partial_body(
+        self, answer: Answer, claims: Sequence[Claim], outcome: Outcome, policy: Policy
     ) -> dict[str, object]:
-        return render_decision(
-            outcome,
-            policy,
-            released=lambda: released_body(answer, policy),
-            partial=lambda: partial_body(answer, claims, outcome, policy),
-            template=lambda text: abstained_body(answer, text),
-            blocked=lambda message: error_body(policy.release.block_status, message),
-        )
+        return partial_body(answer, claims, outcome, policy)
+
+    def template_body(self, answer: Answer, text: str, policy: Policy) -> dict[str, object]:
+        return abstained_body(answer, text)
 
     def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]:
         return error_body(status, message)

@@ -9,11 +9,9 @@ from typing import Any
 from gateway.context import Trust
 from gateway.policy import Policy, Route
 from gateway.protocols.base import (
-    BLOCKED_TYPE,
     Adapter,
     RequestInfo,
     channel_key,
-    render_decision,
     rule_withholds_something,
 )
 from gateway.protocols.openai_chat import context as octx
@@ -32,7 +30,7 @@ from gateway.protocols.openai_chat.render import (
 from gateway.protocols.openai_chat.stream import OpenAIStreamParser
 from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
 from gateway.sse import SSEEvent
-from gateway.types import Answer, Claim, ContextSet, Outcome, Report
+from gateway.types import Answer, Claim, ContextSet, Outcome
 
 __all__ = ["OpenAIChat"]
 
@@ -80,24 +78,16 @@ class OpenAIChat(Adapter):
     def needs_rewrite(self, answer: Answer, policy: Policy) -> bool:
         return rule_withholds_something(answer, policy) or logprobs_change(answer, policy)
 
-    def render(
-        self,
-        answer: Answer,
-        claims: Sequence[Claim],
-        outcome: Outcome,
-        report: Report,
-        policy: Policy,
+    def released_body(self, answer: Answer, policy: Policy) -> dict[str, object]:
+        return released_body(answer, policy)
+
+    def partial_body(
+        self, answer: Answer, claims: Sequence[Claim], outcome: Outcome, policy: Policy
     ) -> dict[str, object]:
-        return render_decision(
-            outcome,
-            policy,
-            released=lambda: released_body(answer, policy),
-            partial=lambda: partial_body(answer, claims, outcome, policy),
-            template=lambda text: template_body(answer, text),
-            blocked=lambda message: self.error_envelope(
-                policy.release.block_status, message, BLOCKED_TYPE
-            ),
-        )
+        return partial_body(answer, claims, outcome, policy)
+
+    def template_body(self, answer: Answer, text: str, policy: Policy) -> dict[str, object]:
+        return template_body(answer, text)
 
     def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]:
         return error_envelope(message, type_)

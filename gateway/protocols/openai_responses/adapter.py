@@ -11,11 +11,9 @@ from typing import Any
 from gateway.context import Trust
 from gateway.policy import Policy, Route
 from gateway.protocols.base import (
-    BLOCKED_TYPE,
     Adapter,
     RequestInfo,
     channel_key,
-    render_decision,
 )
 from gateway.protocols.openai_responses import context as rctx
 from gateway.protocols.openai_responses.framer import ResponsesFramer
@@ -32,7 +30,7 @@ from gateway.protocols.openai_responses.retry import with_grounding
 from gateway.protocols.openai_responses.stream import TERMINAL, ResponsesStreamParser, loads
 from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
 from gateway.sse import SSEDecoder, SSEEvent, encode
-from gateway.types import Answer, Claim, ContextSet, Outcome, Report
+from gateway.types import Answer, Claim, ContextSet, Outcome
 
 __all__ = ["OpenAIResponses"]
 
@@ -100,24 +98,16 @@ class OpenAIResponses(Adapter):
             return False
         return last in TERMINAL and b"".join(encode(e) for e in events) == raw
 
-    def render(
-        self,
-        answer: Answer,
-        claims: Sequence[Claim],
-        outcome: Outcome,
-        report: Report,
-        policy: Policy,
+    def released_body(self, answer: Answer, policy: Policy) -> dict[str, object]:
+        return released_body(answer, policy)
+
+    def partial_body(
+        self, answer: Answer, claims: Sequence[Claim], outcome: Outcome, policy: Policy
     ) -> dict[str, object]:
-        return render_decision(
-            outcome,
-            policy,
-            released=lambda: released_body(answer, policy),
-            partial=lambda: partial_body(answer, claims, outcome, policy),
-            template=lambda text: abstained_body(answer, policy, text),
-            blocked=lambda message: self.error_envelope(
-                policy.release.block_status, message, BLOCKED_TYPE
-            ),
-        )
+        return partial_body(answer, claims, outcome, policy)
+
+    def template_body(self, answer: Answer, text: str, policy: Policy) -> dict[str, object]:
+        return abstained_body(answer, policy, text)
 
     def error_envelope(self, status: int, message: str, type_: str) -> dict[str, object]:
         return {"error": {"message": message, "type": type_, "param": None, "code": type_}}
