@@ -331,7 +331,25 @@ def test_a_100000_level_json_frame_in_a_stream(env: Env, route: Route) -> None:
         route.assert_error_end(env, r, rid)
     else:
         route.assert_failed(env, r, rid)
-    # The audit line names the foreign exception's class, never its text.
+    # orjson refuses nesting beyond 1,024 levels as invalid JSON (a ProtocolError, no foreign
+    # cause); a frame the standard library parses (one holding a 19-digit number) hits
+    # RecursionError, and the audit line names that class, never its text.
+    assert [e.get("cause") for e in audit_lines(env, rid)] in ([None], ["RecursionError"])
+
+
+@routes(SSE_ROUTES)
+def test_a_deep_frame_parsed_by_the_standard_library_is_a_mapped_recursion_error(
+    env: Env, route: Route
+) -> None:
+    # A 30-digit number sends the frame to the standard library's parser.
+    deep = b'data: {"n":' + b"1" * 30 + b',"a":' + b'{"a":' * 100_000 + b"1" + b"}" * 100_001
+    body = deep + b"\n\n" + frames(route)
+    parts = [head(200, content_type(route), ("content-length", str(len(body)))) + body]
+    r, rid = route.send(env, env.raw.on(parts))
+    if route.progressive:
+        route.assert_error_end(env, r, rid)
+    else:
+        route.assert_failed(env, r, rid)
     assert [e["cause"] for e in audit_lines(env, rid)] == ["RecursionError"]
 
 
