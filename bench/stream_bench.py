@@ -6,11 +6,10 @@ claim — and prints µs per frame for each stage cumulatively, then for the who
 including the final judgement. Run:
     .venv/bin/python bench/stream_bench.py [--runs N] [--profile openai|anthropic]
 
-On the 2-core bench machine (µs per frame, openai / anthropic), before and after the SSE
-whole-event split, the stream parsers' string slots and the segmenter's narrower wake:
-SSE 3.2 -> 1.6 / 3.5 -> 1.8; + parser 10.2 -> 3.2 / 7.1 -> 3.3; + segmenter 17.9 -> 6.3 /
-13.6 -> 6.4; whole stream 23.5 -> 11.4 / 18.7 -> 12.1 (verification itself also got cheaper
-meanwhile).
+On the 2-core bench machine (µs per frame, openai / anthropic), 3 Dec, after the string
+slots were removed (every frame parsed, duplicate-key checked and walked through its frame
+table): + parser 16.2 / 9.5; + segmenter 18.0 / 11.2; whole stream 22.0 / 14.8 (with the
+slots: 3.7 / 3.8, 5.5 / 5.6, 8.8 / 8.5). docs/benchmarks.md has the history.
 """
 
 from __future__ import annotations
