@@ -151,6 +151,8 @@ def _plants() -> dict[str, Plant]:
     plants: dict[str, Plant] = {
         "content-hallucinated": Plant(json=lambda: _body(f"{GOOD} {BAD}"),
                                       stream=lambda: _frames(f"{GOOD} {BAD}")),
+        # Parsers stop at the first message-end: a second answer after it was never verified.
+        "stream-after-end": Plant(stream=lambda: [*_frames(GOOD), *_frames(f"{GOOD} {BAD}")]),
         "top-level-unknown-key": Plant(
             json=_mut(lambda b: b.__setitem__("x_trace", BAD)),
             stream=_stream_mut(lambda es: es[0].__setitem__("x_trace", BAD)),
