@@ -194,6 +194,25 @@ def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def upstream_sockets(pid: int, port: int) -> int:
+    """The process's TCP sockets connected to `port` (the upstream's): pooled keep-alive
+    connections, which stay open until their idle timeout."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    n = 0
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                cols = line.split()
+                if cols[9] in inodes and int(cols[2].rsplit(":", 1)[1], 16) == port:
+                    n += 1
+    return n
+
+
 def slope_mb_per_min(samples: list[tuple[float, float]]) -> float:
     if len(samples) < 2:
         return float("nan")
@@ -339,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             upstream.requests.clear()  # the recording is the upstream's, not the gateway's
             time.sleep(3.0)  # let lingering streams and keep-alive connections close
             rss1, fds1 = rss_mb(pid), open_fds(pid)
+            pooled = upstream_sockets(pid, int(url.rsplit(":", 1)[1].split("/")[0]))
             log = gw.log()
         finally:
             gw.stop()
@@ -367,7 +387,10 @@ def main(argv: list[str] | None = None) -> int:
         f"rss MB: start {rss0:.1f}, end {rss1:.1f}; slope after {warmup:.0f} s warm-up: "
         f"{slope_mb_per_min(steady):.3f} MB/min over {len(steady)} samples"
     )
-    print(f"open fds: start {fds0}, end {fds1}")
+    print(
+        f"open fds: start {fds0}, end {fds1} "
+        f"({pooled} of them keep-alive connections to the upstream, 3 s after the traffic)"
+    )
     print(f"gateway log: {log_dir / 'gateway.log'}")
     return 1 if tally.leaks or unhandled else 0
 
