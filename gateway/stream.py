@@ -66,8 +66,6 @@ class StreamVerifier:
 
     def feed(self, event: SSEEvent) -> tuple[str, list[ClaimReport]]:
         """The primary text this event adds, and the claims it completed, verified."""
-        if self.native is not None:
-            self.native.observe(event, self.length)
         added: list[str] = []
         reports: list[ClaimReport] = []
         for key, delta in self.parser.feed(event):

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BLOCKED_TYPE",
     "Adapter",
+    "BlockSpans",
     "Framer",
     "NativeSpans",
     "RequestInfo",
@@ -67,11 +68,26 @@ class RequestInfo:
 
 class NativeSpans(Protocol):
     """Citations a stream carries beside its text (Anthropic citation deltas, annotations),
-    located by offset in the primary text as the stream arrives."""
-
-    def observe(self, event: SSEEvent, offset: int) -> None: ...
+    located by offset in the primary text; the stream parser records them as it is fed."""
 
     def overlapping(self, start: int, end: int, length: int) -> tuple[Citation, ...]: ...
+
+
+class BlockSpans:
+    """Native citations per text block of the primary text: each citation spans its whole
+    block, as the protocol's `parse_body` attaches them to the whole answer (Anthropic
+    citations, Bedrock citationsContent). The stream parser appends blocks as they start."""
+
+    def __init__(self) -> None:
+        self.blocks: list[tuple[int, list[Citation]]] = []  # (start offset, citations)
+
+    def overlapping(self, start: int, end: int, length: int) -> tuple[Citation, ...]:
+        out: list[Citation] = []
+        for i, (s, cits) in enumerate(self.blocks):
+            e = self.blocks[i + 1][0] if i + 1 < len(self.blocks) else length
+            if (s < end and e > start) or (s == e and start <= s <= end):
+                out.extend(cits)
+        return tuple(out)
 
 
 class StreamParser(ABC):

@@ -14,7 +14,7 @@ from gateway.protocols.anthropic_messages.parse import (
     native_citation,
     parse_body,
 )
-from gateway.protocols.base import StreamParser, TextDelta, channel_key
+from gateway.protocols.base import BlockSpans, StreamParser, TextDelta, channel_key
 from gateway.protocols.fields import FieldLog, clean, loads_unique
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Citation
@@ -26,21 +26,18 @@ _CONTENT_KEY = channel_key(CONTENT_PATH)
 _GROWN = ("text", "thinking", "signature")
 
 
-class AnthropicNativeSpans:
-    """Anthropic native citations seen so far, as (start, end) spans of the primary text.
+class AnthropicNativeSpans(BlockSpans):
+    """Anthropic native citations seen so far, per text block of the primary text.
 
-    Mirrors what `parse_body` builds for the whole message — each citation spans its text
-    block — so a claim verified mid-stream carries the same citations it will have in the
-    final answer (RoutePipeline.judge re-checks any claim whose citations differ). The stream
-    parser fills it as it reads each event, so no event is parsed twice.
+    Mirrors what `parse_body` builds for the whole message, so a claim verified mid-stream
+    carries the same citations it will have in the final answer (RoutePipeline.judge re-checks
+    any claim whose citations differ). The stream parser fills it as it reads each event, so
+    no event is parsed twice.
     """
 
     def __init__(self) -> None:
-        self.blocks: list[tuple[int, list[Citation]]] = []  # (start offset, citations)
+        super().__init__()
         self._by_index: dict[int, list[Citation]] = {}  # a text block's citations by index
-
-    def observe(self, event: SSEEvent, offset: int) -> None:
-        """The parser itself records citations as it is fed."""
 
     def start_block(self, index: int, offset: int, raw: object) -> None:
         """A text block starts at `offset` of the primary text with citations `raw`."""
@@ -62,14 +59,6 @@ class AnthropicNativeSpans:
             return
         if cit is not None:
             cits.append(cit)
-
-    def overlapping(self, start: int, end: int, length: int) -> tuple[Citation, ...]:
-        out: list[Citation] = []
-        for i, (s, cits) in enumerate(self.blocks):
-            e = self.blocks[i + 1][0] if i + 1 < len(self.blocks) else length
-            if (s < end and e > start) or (s == e and start <= s <= end):
-                out.extend(cits)
-        return tuple(out)
 
 
 class AnthropicStreamParser(StreamParser):

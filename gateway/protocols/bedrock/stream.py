@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ProtocolError
-from gateway.protocols.base import StreamParser, TextDelta, channel_key
+from gateway.protocols.base import BlockSpans, StreamParser, TextDelta, channel_key
 from gateway.protocols.bedrock.codec import EXCEPTION
 from gateway.protocols.bedrock.fields import EVENT_TABLES
 from gateway.protocols.bedrock.parse import CONTENT_PATH, PRIMARY, native_citation, parse_body
@@ -39,25 +39,6 @@ class _Block:
     start: int = 0  # where a text block starts in the primary text
 
 
-class _Spans:
-    """Native citations seen so far, per text block span of the primary text (what
-    `parse_body` attaches to the whole answer), for claims verified while the stream runs."""
-
-    def __init__(self) -> None:
-        self.blocks: list[tuple[int, list[Citation]]] = []
-
-    def observe(self, event: SSEEvent, offset: int) -> None:
-        return None  # the parser records spans as it reads each event
-
-    def overlapping(self, start: int, end: int, length: int) -> tuple[Citation, ...]:
-        out: list[Citation] = []
-        for i, (s, cits) in enumerate(self.blocks):
-            e = self.blocks[i + 1][0] if i + 1 < len(self.blocks) else length
-            if (s < end and e > start) or (s == e and start <= s <= end):
-                out.extend(cits)
-        return tuple(out)
-
-
 class BedrockStreamParser(StreamParser):
     def __init__(self) -> None:
         self._started = False
@@ -68,11 +49,11 @@ class BedrockStreamParser(StreamParser):
         self._length = 0
         self._top: Json = {}
         self._dropped: list[tuple[str, tuple[str | int, ...]]] = []
-        self._spans = _Spans()
+        self._spans = BlockSpans()
         self._span_of: dict[int, list[Citation]] = {}
 
     @property
-    def native_spans(self) -> _Spans:
+    def native_spans(self) -> BlockSpans:
         return self._spans
 
     @property

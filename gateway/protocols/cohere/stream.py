@@ -389,9 +389,6 @@ class PrimaryCitations:
     def __init__(self, parser: CohereStreamParser) -> None:
         self._parser = parser
 
-    def observe(self, event: SSEEvent, offset: int) -> None:
-        """The parser itself collects citations as it is fed."""
-
     def overlapping(self, start: int, end: int, length: int) -> tuple[Citation, ...]:
         text, citations = self._parser.primary_citations()
         out: list[Citation] = []

@@ -396,9 +396,6 @@ class _ChunkSpans:
     def __init__(self, parser: OpenAIStreamParser) -> None:
         self._parser = parser
 
-    def observe(self, event: SSEEvent, offset: int) -> None:
-        """The parser itself records reference chunks as it is fed."""
-
     def overlapping(self, start: int, end: int, length: int) -> tuple[Citation, ...]:
         return self._parser.primary_citations(start, end)
 

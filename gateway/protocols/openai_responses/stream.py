@@ -382,9 +382,6 @@ class PrimarySpans:
     def __init__(self, parser: ResponsesStreamParser) -> None:
         self._parser = parser
 
-    def observe(self, event: SSEEvent, offset: int) -> None:
-        """The parser itself collects annotations as it is fed."""
-
     def overlapping(self, start: int, end: int, length: int) -> tuple[Citation, ...]:
         p = self._parser
         at = next((ij for ij, n in p._ordinal.items() if n == 0), None)
