@@ -17,7 +17,7 @@ from gateway.context import Trust
 from gateway.framing import SSE_CODEC, StreamCodec
 from gateway.policy import ContextSpec, Policy, Route
 from gateway.protocols.fields import Rule, allowed
-from gateway.sse import SSEEvent
+from gateway.sse import SSEDecoder, SSEEvent, encode
 from gateway.types import (
     Answer,
     Channel,
@@ -49,6 +49,7 @@ __all__ = [
     "leaks",
     "rebuild_text",
     "rebuild_with_map",
+    "relayable_sse",
     "rule_withholds_something",
     "split_claims",
 ]
@@ -309,6 +310,23 @@ class Adapter(ABC):
     def relay_error(self, body: object) -> dict[str, object] | None:
         """An upstream 4xx body, if it is this protocol's error envelope, rebuilt from the
         envelope's known fields only (gateway/protocols/relay.py); else None."""
+
+
+def relayable_sse(raw: bytes, terminal: Callable[[SSEEvent], bool]) -> bool:
+    """Whether a captured SSE stream may go out as the upstream's bytes: its first terminal
+    event is its last event (parsers stop there, so anything after it was never verified),
+    and it holds nothing but the event lines the gateway would write itself (no comments,
+    ids or retries). `terminal` may raise on an unreadable event: then it is not relayable."""
+    decoder = SSEDecoder()
+    events = decoder.feed(raw) + decoder.finish()
+    if not events:
+        return False
+    try:
+        if any(terminal(e) for e in events[:-1]) or not terminal(events[-1]):
+            return False
+    except Exception:
+        return False
+    return b"".join(encode(e) for e in events) == raw
 
 
 def channel_key(path: Sequence[str | int]) -> str:

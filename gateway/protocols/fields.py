@@ -531,9 +531,12 @@ def loads_unique(raw: bytes | str, *, stdlib: bool = False) -> Any:
     try:
         # orjson turns an integer beyond 64 bits into a float; such a number has at least 19
         # digits in a row, so only a text with such a run needs the standard library.
-        digits = _LONG_DIGITS if isinstance(raw, str) else _LONG_DIGITS_B
-        slow = stdlib and digits.search(raw) is not None  # type: ignore[arg-type]
-        parsed = json.loads(raw) if slow else orjson.loads(raw)
+        if stdlib and (
+            _LONG_DIGITS.search(raw) if isinstance(raw, str) else _LONG_DIGITS_B.search(raw)
+        ):
+            parsed = json.loads(raw)
+        else:
+            parsed = orjson.loads(raw)
     except ValueError as exc:
         raise ProtocolError(f"not JSON: {exc}") from exc
     if (type(parsed) is dict or type(parsed) is list) and has_duplicate_keys(raw, parsed):

@@ -13,6 +13,7 @@ from gateway.protocols.base import (
     Adapter,
     RequestInfo,
     channel_key,
+    relayable_sse,
     rule_withholds_something,
 )
 from gateway.protocols.cohere import context as cctx
@@ -28,10 +29,15 @@ from gateway.protocols.cohere.render import (
 from gateway.protocols.cohere.retry import with_grounding
 from gateway.protocols.cohere.stream import CohereStreamParser, loads
 from gateway.protocols.relay import relayed_message
-from gateway.sse import SSEDecoder, SSEEvent, encode
+from gateway.sse import SSEEvent
 from gateway.types import Answer, Claim, ContextSet, Outcome
 
 __all__ = ["CohereChat"]
+
+
+def _terminal(event: SSEEvent) -> bool:
+    """A `message-end` event (parsed only when it could be one)."""
+    return "message-end" in event.data and loads(event.data).get("type") == "message-end"
 
 
 class CohereChat(Adapter):
@@ -70,20 +76,7 @@ class CohereChat(Adapter):
         `message-end` and holds nothing but the event lines the gateway would write. The
         parser stops at the first `message-end`: a stream with any event after it is never
         relayed."""
-        decoder = SSEDecoder()
-        events = decoder.feed(raw) + decoder.finish()
-        if not events:
-            return False
-        try:
-            if any(
-                "message-end" in e.data and loads(e.data).get("type") == "message-end"
-                for e in events[:-1]
-            ):
-                return False
-            last = loads(events[-1].data).get("type")
-        except Exception:
-            return False
-        return last == "message-end" and b"".join(encode(e) for e in events) == raw
+        return relayable_sse(raw, _terminal)
 
     def released_body(self, answer: Answer, policy: Policy) -> dict[str, object]:
         return released_body(answer, policy)

@@ -14,6 +14,7 @@ from gateway.protocols.base import (
     Adapter,
     RequestInfo,
     channel_key,
+    relayable_sse,
 )
 from gateway.protocols.openai_responses import context as rctx
 from gateway.protocols.openai_responses.framer import ResponsesFramer
@@ -29,17 +30,15 @@ from gateway.protocols.openai_responses.render import (
 from gateway.protocols.openai_responses.retry import with_grounding
 from gateway.protocols.openai_responses.stream import TERMINAL, ResponsesStreamParser, loads
 from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
-from gateway.sse import SSEDecoder, SSEEvent, encode
+from gateway.sse import SSEEvent
 from gateway.types import Answer, Claim, ContextSet, Outcome
 
 __all__ = ["OpenAIResponses"]
 
 
-def _event_type(event: SSEEvent) -> object:
-    """The `type` of an event's JSON data (parsed only when it could be terminal)."""
-    if "response." not in event.data:
-        return None
-    return loads(event.data).get("type")
+def _terminal(event: SSEEvent) -> bool:
+    """A `response.completed` / `response.incomplete` event (parsed only when it could be)."""
+    return "response." in event.data and loads(event.data).get("type") in TERMINAL
 
 
 class OpenAIResponses(Adapter):
@@ -86,17 +85,7 @@ class OpenAIResponses(Adapter):
         terminal event and holds nothing but `event:` + `data:` lines the gateway would have
         written itself (no comments, ids, retries or bytes after the end). The parser stops at
         the first terminal event: a stream with another event after it is never relayed."""
-        decoder = SSEDecoder()
-        events = decoder.feed(raw) + decoder.finish()
-        if not events:
-            return False
-        try:
-            if any(_event_type(e) in TERMINAL for e in events[:-1]):
-                return False
-            last = _event_type(events[-1])
-        except Exception:
-            return False
-        return last in TERMINAL and b"".join(encode(e) for e in events) == raw
+        return relayable_sse(raw, _terminal)
 
     def released_body(self, answer: Answer, policy: Policy) -> dict[str, object]:
         return released_body(answer, policy)
