@@ -169,6 +169,12 @@ def _upstream() -> FakeUpstream:
         up.on(key, Json(body, headers=headers))
         frames = w.response_events(body, chunk_size=5)
         up.on(f"{key}-sse", Stream(frames, seed=len(key), max_piece=48, headers=headers))
+    # A second, unverified answer right behind the first one's response.completed, in the
+    # same read: the parser stops at the first terminal event, so it must never go out.
+    after = w.response_events(w.response_text(f"{PLANTED} The K7 flies [k7:moon].",
+                                              id="resp_after"), chunk_size=5)
+    good = w.response_events(_bodies()["good"], chunk_size=5)
+    up.on("after-end-sse", Stream([*good, *after], max_piece=1 << 20))
     up.on(
         "retry",
         Sequenced([Json(_bodies()["mixed"]), Json(w.response_text(GOOD, id="resp_retry"))]),
@@ -515,6 +521,20 @@ def test_progressive_block_ends_with_failure_events(env: tuple[Gateway, FakeUpst
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert deltas == KEPT_FIRST
     assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+@pytest.mark.parametrize("policy", [None, "prog"])
+def test_a_second_answer_after_the_end_never_reaches_the_client(
+    env: tuple[Gateway, FakeUpstream], policy: str | None
+) -> None:
+    gw, _ = env
+    r = httpx.post(f"{gw.url}/v1/responses", json={"model": "m", "input": "K7?", "stream": True,
+                   "instructions": INSTRUCTIONS}, headers=_h("after-end-sse", policy), timeout=10)
+    raw = "".join(f"{k}: {v}\n" for k, v in r.headers.items()).encode() + r.content
+    assert r.status_code == 200
+    assert PLANTED.encode() not in raw and b"flies" not in raw
+    assert r.content.count(b"response.completed") == 2  # the event name and its type, once
+    assert GOOD.split(" [")[0].encode() in r.content
 
 
 def test_buffered_stream_block_is_a_422(env: tuple[Gateway, FakeUpstream]) -> None:
