@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gateway.citations import CitationParser, Marker
-from gateway.types import Citation
+from gateway.types import Citation, frozen_init
 
 __all__ = [
     "MAX_GROUP",
@@ -65,6 +65,7 @@ __all__ = [
 CodeRule = Literal["exempt", "check"]
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Segment:
     """One claim: `text == source[start:end]`, trailing citation markers included."""

@@ -5,12 +5,42 @@ Nothing here does I/O or knows a protocol; these are the nouns the rest of the g
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, TypeVar
+
+_T = TypeVar("_T")
+
+
+def frozen_init(cls: type[_T]) -> type[_T]:
+    """Give a frozen, slotted dataclass an `__init__` that sets each slot through its
+    descriptor rather than `object.__setattr__` (which a frozen class needs for its own
+    fields): the same signature, defaults and result in about half the time. For the values
+    made per claim of every answer; a field with a default factory or `init=False`, or a
+    keyword-only one, is refused at import."""
+    params: list[str] = []
+    body: list[str] = []
+    ns: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if not f.init or f.default_factory is not dataclasses.MISSING or f.kw_only:
+            raise TypeError(f"{cls.__name__}.{f.name}: only plain fields are supported")
+        if f.default is dataclasses.MISSING:
+            params.append(f.name)
+        else:
+            ns[f"_d_{f.name}"] = f.default
+            params.append(f"{f.name}=_d_{f.name}")
+        ns[f"_s_{f.name}"] = getattr(cls, f.name).__set__
+        body.append(f"    _s_{f.name}(self, {f.name})")
+    exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body), ns)
+    init: Callable[..., None] = ns["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
+
 
 # --------------------------------------------------------------------------------------------
 # Context
@@ -144,6 +174,7 @@ class NativeLocation:
     end: int | None = None  # end_char_index / end_page_number / end_block_index (exclusive)
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Citation:
     """A citation attached to a claim.
@@ -162,6 +193,7 @@ class Citation:
     native: NativeLocation | None = None
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Claim:
     """A sentence or list item whose truth depends on its citations.
@@ -213,6 +245,7 @@ class Status(enum.Enum):
     ERROR = "error"
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class CheckResult:
     """The outcome of one check on one claim. A value, never an exception.
@@ -244,6 +277,7 @@ class CheckResult:
 Verdict = Literal["verified", "failed", "errored", "exempt"]
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class ClaimReport:
     """A claim's verdict: the first non-pass result in policy check order decides it."""

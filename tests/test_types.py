@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+from dataclasses import dataclass
 
-from gateway.types import Chunk, ContextSet
+import pytest
+
+from gateway.types import Chunk, Citation, ContextSet, frozen_init
 
 
 def reference_fingerprint(chunks: list[Chunk]) -> str:
@@ -66,3 +70,48 @@ def test_ids_are_exact_code_points_and_text_upgrades_an_id_only_chunk() -> None:
     assert ctx.get("dаta:1") == Chunk("dаta:1", "now with text")
     ctx.add(Chunk("dаta:1", "a later copy never overwrites"))
     assert ctx.get("dаta:1") == Chunk("dаta:1", "now with text")
+
+
+# -- frozen_init ----------------------------------------------------------------------------
+
+
+def test_frozen_init_builds_the_same_value_as_the_dataclass_init() -> None:
+    @dataclass(frozen=True, slots=True)
+    class Plain:
+        a: int
+        b: str = "x"
+        c: tuple[int, ...] = ()
+
+    @frozen_init
+    @dataclass(frozen=True, slots=True)
+    class Quick:
+        a: int
+        b: str = "x"
+        c: tuple[int, ...] = ()
+
+    for args, kwargs in (((1,), {}), ((1, "y"), {}), ((2,), {"c": (3,)}), ((), {"a": 4})):
+        p, q = Plain(*args, **kwargs), Quick(*args, **kwargs)
+        assert (q.a, q.b, q.c) == (p.a, p.b, p.c)
+    assert Quick(1) == Quick(1) and hash(Quick(1)) == hash(Quick(1))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Quick(1).a = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Quick()  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        Quick(1, d=2)  # type: ignore[call-arg]
+
+
+def test_frozen_init_refuses_fields_it_cannot_build() -> None:
+    with pytest.raises(TypeError, match="only plain fields"):
+
+        @frozen_init
+        @dataclass(frozen=True, slots=True)
+        class Factory:
+            a: list[int] = dataclasses.field(default_factory=list)
+
+
+def test_the_per_claim_values_keep_their_frozen_dataclass_behaviour() -> None:
+    c = Citation(id="doc:1", raw="[doc:1]", start=0, end=7)
+    assert dataclasses.replace(c, id="doc:2").id == "doc:2"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.id = "x"  # type: ignore[misc]
