@@ -22,6 +22,7 @@ from gateway.deferred import Deferred
 from gateway.errors import BodyTooLarge, GatewayError, ProtocolError, map_exception
 from gateway.jsonio import dumps
 from gateway.judge.client import close_clients as close_judge_clients
+from gateway.limits import HANGUP
 from gateway.metrics import Metrics
 from gateway.pipeline import Judgement, KnownVerdicts, Pipelines, RoutePipeline
 from gateway.policy import PolicyStore
@@ -268,10 +269,21 @@ class _Exchange:
             task.cancel()
 
     async def _hangup_guarded(self, work: Awaitable[None]) -> None:
-        """`work` (the upstream exchange and the response), cancelled if the client hangs up."""
+        """`work` (the upstream exchange and the response), cancelled if the client hangs up:
+        told by the server's protocol (`limits.Hangup`), or else by a watcher task."""
         task = asyncio.current_task()
         assert task is not None
-        watcher = asyncio.ensure_future(self._watch_hangup(task))
+        hangup = self.scope.get("extensions", {}).get(HANGUP)
+
+        def hung_up() -> None:
+            if not self.ended:
+                self.gone = True
+                task.cancel()
+
+        if hangup is not None:
+            hangup.watch(hung_up)
+        else:
+            watcher = asyncio.ensure_future(self._watch_hangup(task))
         try:
             await work
         except asyncio.CancelledError:
@@ -280,7 +292,10 @@ class _Exchange:
             task.uncancel()
             self.status = self.status or _CLIENT_CLOSED
         finally:
-            watcher.cancel()
+            if hangup is not None:
+                hangup.unwatch(hung_up)
+            else:
+                watcher.cancel()
 
     # -- entry -------------------------------------------------------------------------------
 

@@ -15,12 +15,18 @@ bytes as they arrive and keeps one timer per connection, armed only while a head
 
 Refusals are the gateway's JSON error with `connection: close`, counted as `refused` on the
 `unrouted` route, and audited like the proxy's own refusals.
+
+The protocol also tells the app when its client hangs up: each request's scope carries the
+connection's `Hangup` under `scope["extensions"][HANGUP]`, whose callbacks run when the
+connection is lost. A watcher task per request awaiting `http.disconnect` does the same at
+the cost of a task, an event and a few loop turns per request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -34,6 +40,33 @@ MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT = 10.0
 KEEP_ALIVE_TIMEOUT = 5.0
 LIMIT_CONCURRENCY = 4096
+HANGUP = "citewarden.hangup"
+
+
+class Hangup:
+    """One connection's hang-up: the callbacks of the exchanges to cancel when its client goes
+    away. A callback registered after the hang-up runs at once."""
+
+    __slots__ = ("_callbacks", "gone")
+
+    def __init__(self) -> None:
+        self.gone = False
+        self._callbacks: set[Callable[[], None]] = set()
+
+    def watch(self, callback: Callable[[], None]) -> None:
+        if self.gone:
+            callback()
+        else:
+            self._callbacks.add(callback)
+
+    def unwatch(self, callback: Callable[[], None]) -> None:
+        self._callbacks.discard(callback)
+
+    def fire(self) -> None:
+        self.gone = True
+        callbacks, self._callbacks = self._callbacks, set()
+        for callback in callbacks:
+            callback()
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
@@ -55,10 +88,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = self.loop.call_later(
             self.head_timeout, self._head_timed_out
         )
+        self._hangup = Hangup()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
         super().connection_lost(exc)
+        self._hangup.fire()
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -95,6 +130,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 503, "unavailable", "over_concurrency_limit", "too many connections, retry later"
             )
             return
+        extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
+        extensions[HANGUP] = self._hangup
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
