@@ -85,6 +85,25 @@ def test_integers_beyond_64_bits_parse_in_stdlib_mode() -> None:
     assert loads_unique('{"n": 123456789012345678901234567890}', stdlib=True)["n"] > 2**64
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        '"n": 123456789012345678901234567890',  # beyond 64 bits: orjson cannot write it
+        '"s": "\\ud800"',  # a lone surrogate: orjson cannot write it
+        '"d": ' + "[" * 300 + "1" + "]" * 300,  # deeper than orjson writes
+    ],
+)
+def test_values_orjson_cannot_write_are_still_checked(body: str) -> None:
+    once = "{" + body + ', "a": 1}'
+    twice = "{" + body + ', "a": 1, "a": 2}'
+    for raw in (once, once.encode()):
+        assert not has_duplicate_keys(raw, json.loads(raw))
+    for raw in (twice, twice.encode()):
+        assert has_duplicate_keys(raw, json.loads(raw))
+        with pytest.raises(ProtocolError):
+            loads_unique(raw, stdlib=True)
+
+
 _KEYS = st.text(st.characters(codec="utf-8"), max_size=6)
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**60), 2**60) | _KEYS,

@@ -510,17 +510,22 @@ def has_duplicate_keys(raw: bytes | str, parsed: object) -> bool:
     text's colons are its keys' plus those of its strings. Without a repeat, the parsed
     strings are the text's strings, and the text holds exactly as many colons as the parsed
     keys and strings together; with one, the parsed strings are fewer and the colons outside
-    strings more, so the text holds more."""
-    keys, colons = _keys_and_colons(parsed)
+    strings more, so the text holds more. The parsed value's colons are counted in its
+    compact re-encoding (orjson writes a colon per key and never escapes one), or, for a value
+    orjson cannot write (an integer beyond 64 bits, nesting beyond its depth), by a walk."""
     if isinstance(raw, bytes):
         total = raw.count(b":")
         escaped = b"\\u003a" in raw or b"\\u003A" in raw
     else:
         total = raw.count(":")
         escaped = "\\u003a" in raw or "\\u003A" in raw
-    if not escaped:
+    if escaped:
+        return _structural_colons(raw) != _keys_and_colons(parsed)[0]
+    try:
+        return total != orjson.dumps(parsed).count(b":")
+    except orjson.JSONEncodeError:
+        keys, colons = _keys_and_colons(parsed)
         return total != keys + colons
-    return _structural_colons(raw) != keys
 
 
 def loads_unique(raw: bytes | str, *, stdlib: bool = False) -> Any:
