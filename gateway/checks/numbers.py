@@ -156,18 +156,20 @@ def numbers_in(text: str) -> list[Quantity]:
     ascii_text = text.isascii()
     if ascii_text:  # both prechecks from one pass in C
         folded = text.encode().translate(_ASCII_FOLD)
-        digits = b"0" in folded
+        first = folded.find(b"0")  # every number written with digits starts at a digit
         words = not _NUMBER_WORDS_ASCII.isdisjoint(folded.split())
     else:
-        digits = _DIGIT.search(text) is not None
+        m = _DIGIT.search(text)
+        first = -1 if m is None else m.start()
         words = not _NUMBER_WORDS.isdisjoint(_LETTERS.findall(text.lower()))
-    if not (digits or words):
+    if first < 0 and not words:
         return []
     if "[" in text:
         text = _BARE_CITATION.sub(" ", text)
+        first = 0  # blanking shifts nothing, but keep the scan simple
     out: list[Quantity] = []
-    if digits:
-        out.extend(_digit_numbers(text, ascii_text))
+    if first >= 0:
+        out.extend(_digit_numbers(text, ascii_text, first))
     if words:
         for m in _WORDS.finditer(text.lower()):
             run = m.group("words")
@@ -185,15 +187,17 @@ def numbers_in(text: str) -> list[Quantity]:
     return out
 
 
-def _digit_numbers(text: str, ascii_text: bool) -> list[Quantity]:
+def _digit_numbers(text: str, ascii_text: bool, first: int = 0) -> list[Quantity]:
     """The numbers written with digits, in order. Only a sign or a "." before a digit run
     changes its value (a currency symbol or a space does not): in text without a sign, where
-    no "." stands before a run, the character before each run decides it (one `findall`)."""
+    no "." stands before a run, the character before each run decides it (one `findall`,
+    from `first`, at or before the first digit: every match starts at a digit, and the
+    pattern's lookbehind still reads the character before it)."""
     if "-" in text or "−" in text or "–" in text:
         return _scan(text)
     out: list[Quantity] = []
     memo = _FAST_MEMO
-    for g in (_FAST_ASCII if ascii_text else _FAST).findall(text):
+    for g in (_FAST_ASCII if ascii_text else _FAST).findall(text, first):
         if g[2]:
             return _scan(text)  # a power may follow (read, even inside a word, by `_scan`)
         pre = g[1]
