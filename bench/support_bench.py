@@ -7,7 +7,12 @@
    (p50 vs upstream + one round trip), and the throughput of answers that need no judge call
    with and without judge traffic on the same event loop.
 
-    python bench/support_bench.py [--data PATH] [--latency 0.2] [--json]
+The judge pass runs on the event loop the gateway serves on (`gateway.server.loop_factory`:
+uvloop where installed). With two CPUs or more, the measuring process is pinned to one CPU and
+the scripted judge to another (`--no-pin` leaves both to the scheduler), so the judge's own
+work never shares a core with the measured loop; the machine's other work still may.
+
+    python bench/support_bench.py [--data PATH] [--latency 0.2] [--json] [--no-pin]
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from gateway.eval import evaluate, read_rows, scores  # noqa: E402
 from gateway.judge.client import close_clients  # noqa: E402
 from gateway.pipeline import Judgement, RoutePipeline  # noqa: E402
 from gateway.release import decide  # noqa: E402
+from gateway.server import loop_factory  # noqa: E402
 from gateway.types import Chunk, Citation, Claim, ClaimReport, ContextSet, Report  # noqa: E402
 
 DATA = Path(os.environ.get("CITEWARDEN_DEV_DATA", "/work/shared/data/attributionbench-dev.jsonl"))
@@ -73,9 +79,11 @@ def judge_app(latency: float) -> Any:
     return app
 
 
-def serve_judge(port: int, latency: float) -> None:
+def serve_judge(port: int, latency: float, cpu: int | None = None) -> None:
     import uvicorn
 
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})  # before uvicorn starts a thread: they all inherit it
     uvicorn.run(judge_app(latency), host="127.0.0.1", port=port, log_level="warning",
                 access_log=False)
 
@@ -85,6 +93,22 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def pin_plan(pin: bool) -> tuple[int | None, int | None, str]:
+    """(the measured loop's CPU, the scripted judge's CPU, a note for the report). Two CPUs or
+    more: the loop on the highest-numbered one this process may use, the judge on the lowest
+    (which also takes most device interrupts). Fewer, or no sched_setaffinity: no pinning."""
+    if not pin:
+        return None, None, "not pinned (--no-pin)"
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None, None, "not pinned: no sched_setaffinity on this platform"
+    if len(cpus) < 2:
+        return None, None, f"not pinned: only CPU {cpus[0]} available to this process"
+    loop, judge = cpus[-1], cpus[0]
+    return loop, judge, f"measured loop pinned to CPU {loop}, scripted judge to CPU {judge}"
 
 
 def _wait_port(port: int, timeout: float = 10.0) -> None:
@@ -160,7 +184,8 @@ def _pipeline_six(support: str = "") -> RoutePipeline:
 
 
 async def judge_costs(url: str, latency: float, rounds: int, seconds: float) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    loop = asyncio.get_running_loop()
+    out: dict[str, Any] = {"event_loop": f"{type(loop).__module__}.{type(loop).__name__}"}
     support = (
         "support:\n  lexical: {pass_above: 1.0, fail_below: 0.0}\n"
         f"  judge: {{url: {url}/v1, model: j, timeout: 5s, deadline: 8s, max_concurrency: 64,"
@@ -497,7 +522,8 @@ def markdown(result: dict[str, Any]) -> str:
          f"{b['judged_p50_ms_beside_no_judge_loop']} ms / {b['judged_errors']}"],
     ]
     out.append(f"Judge pass against a scripted judge (a separate process answering after "
-               f"{rt:g} ms; answers of pending claims citing one chunk, `group_by: chunk`):\n")
+               f"{rt:g} ms; answers of pending claims citing one chunk, `group_by: chunk`); "
+               f"event loop {j['event_loop']}; {result['pinning']}:\n")
     out.append(table + "\n")
     out.append(f"Beside judge traffic, {b['rounds']} rounds of {b['window_s']:g} s windows "
                "taken in turns (judge traffic alone, no-judge answers alone, both), "
@@ -515,21 +541,31 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=2.0, help="seconds per window")
     ap.add_argument("--json", action="store_true", help="print JSON instead of markdown")
     ap.add_argument("--json-out", default=None, help="also write the JSON figures here")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="leave the measured loop and the scripted judge to the scheduler")
     ap.add_argument("--serve-judge", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--judge-cpu", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve_judge is not None:
-        serve_judge(args.serve_judge, args.latency)
+        serve_judge(args.serve_judge, args.latency, args.judge_cpu)
         return 0
-    result: dict[str, Any] = {}
+    loop_cpu, judge_cpu, pinning = pin_plan(not args.no_pin)
+    if loop_cpu is not None:
+        os.sched_setaffinity(0, {loop_cpu})  # this (only) thread, before any other starts
+    result: dict[str, Any] = {"pinning": pinning}
     if Path(args.data).exists():
         result["lexical"] = lexical(Path(args.data))
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, __file__, "--serve-judge", str(port),
-                             "--latency", str(args.latency)])
+    cmd = [sys.executable, __file__, "--serve-judge", str(port), "--latency", str(args.latency)]
+    if judge_cpu is not None:
+        cmd += ["--judge-cpu", str(judge_cpu)]
+    proc = subprocess.Popen(cmd)
     try:
         _wait_port(port)
-        result["judge"] = asyncio.run(judge_costs(f"http://127.0.0.1:{port}", args.latency,
-                                                  args.rounds, args.window))
+        # The loop the gateway serves on (gateway/server.py): uvloop where installed.
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            result["judge"] = runner.run(judge_costs(f"http://127.0.0.1:{port}", args.latency,
+                                                     args.rounds, args.window))
     finally:
         proc.terminate()
         proc.wait(10)
