@@ -662,7 +662,8 @@ the wait (docs/benchmarks.md, "Where citewarden stands").
 ### Support: the lexical tier and the judge pass (issue 18)
 
 `bench/support_bench.py`: the lexical tier on the AttributionBench dev set, and the judge pass
-against a scripted judge in a separate process, in this process's event loop.
+against a scripted judge in a separate process, on the gateway's own event loop (uvloop),
+the measuring process and the scripted judge pinned to different CPUs when there are two.
 
 {sup}"""
     return text, raw

@@ -7,7 +7,12 @@
    (p50 vs upstream + one round trip), and the throughput of answers that need no judge call
    with and without judge traffic on the same event loop.
 
-    python bench/support_bench.py [--data PATH] [--latency 0.2] [--json]
+The judge pass runs on the event loop the gateway serves on (`gateway.server.loop_factory`:
+uvloop where installed). With two CPUs or more, the measuring process is pinned to one CPU and
+the scripted judge to another (`--no-pin` leaves both to the scheduler), so the judge's own
+work never shares a core with the measured loop; the machine's other work still may.
+
+    python bench/support_bench.py [--data PATH] [--latency 0.2] [--json] [--no-pin]
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import asyncio
 import gc
 import json
 import os
+import resource
 import socket
 import statistics
 import subprocess
@@ -34,6 +40,7 @@ from gateway.eval import evaluate, read_rows, scores  # noqa: E402
 from gateway.judge.client import close_clients  # noqa: E402
 from gateway.pipeline import Judgement, RoutePipeline  # noqa: E402
 from gateway.release import decide  # noqa: E402
+from gateway.server import loop_factory  # noqa: E402
 from gateway.types import Chunk, Citation, Claim, ClaimReport, ContextSet, Report  # noqa: E402
 
 DATA = Path(os.environ.get("CITEWARDEN_DEV_DATA", "/work/shared/data/attributionbench-dev.jsonl"))
@@ -73,9 +80,11 @@ def judge_app(latency: float) -> Any:
     return app
 
 
-def serve_judge(port: int, latency: float) -> None:
+def serve_judge(port: int, latency: float, cpu: int | None = None) -> None:
     import uvicorn
 
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})  # before uvicorn starts a thread: they all inherit it
     uvicorn.run(judge_app(latency), host="127.0.0.1", port=port, log_level="warning",
                 access_log=False)
 
@@ -85,6 +94,22 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def pin_plan(pin: bool) -> tuple[int | None, int | None, str]:
+    """(the measured loop's CPU, the scripted judge's CPU, a note for the report). Two CPUs or
+    more: the loop on the highest-numbered one this process may use, the judge on the lowest
+    (which also takes most device interrupts). Fewer, or no sched_setaffinity: no pinning."""
+    if not pin:
+        return None, None, "not pinned (--no-pin)"
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None, None, "not pinned: no sched_setaffinity on this platform"
+    if len(cpus) < 2:
+        return None, None, f"not pinned: only CPU {cpus[0]} available to this process"
+    loop, judge = cpus[-1], cpus[0]
+    return loop, judge, f"measured loop pinned to CPU {loop}, scripted judge to CPU {judge}"
 
 
 def _wait_port(port: int, timeout: float = 10.0) -> None:
@@ -160,7 +185,8 @@ def _pipeline_six(support: str = "") -> RoutePipeline:
 
 
 async def judge_costs(url: str, latency: float, rounds: int, seconds: float) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    loop = asyncio.get_running_loop()
+    out: dict[str, Any] = {"event_loop": f"{type(loop).__module__}.{type(loop).__name__}"}
     support = (
         "support:\n  lexical: {pass_above: 1.0, fail_below: 0.0}\n"
         f"  judge: {{url: {url}/v1, model: j, timeout: 5s, deadline: 8s, max_concurrency: 64,"
@@ -223,19 +249,58 @@ async def open_loop(pipeline: RoutePipeline, latency: float) -> dict[str, Any]:
 # beside judge traffic, i.e. judge waits never block the event loop. On one event loop the
 # judge traffic's own CPU (building the call, HTTP, reading the verdicts) necessarily comes
 # out of the loop's time; what must not happen is the loop stalling on a judge call. So each
-# round measures, taken in turns, three windows of the same length on this one loop:
+# round measures, taken in turns, five windows of the same length on this one loop:
 #
-#   judge   the judge traffic alone (fixed rate, below the judge's capacity): its CPU
-#   alone   a closed loop of answers whose verdicts are all cached: their throughput
-#   with    both at once
+#   judge         the judge traffic alone (fixed rate, below the judge's capacity): its CPU
+#   alone         a closed loop of answers whose verdicts are all cached: their throughput
+#   with          both at once
+#   harness       the judge traffic's harness alone: the same arrivals and 20 ms "upstream"
+#                 waits, the judge pass replaced by a no-op (what the bench itself costs)
+#   harness_with  the harness beside the closed loop
 #
 # and each window's thread time from /proc/thread-self/schedstat: on a CPU, waiting for one
-# (the machine's other work: the scripted judge process, other users), and neither (the loop
-# blocked in a system call or slept; it never has reason to while the closed loop runs).
+# (the machine's other work, other users), and neither (the loop blocked in a system call or
+# slept; it never has reason to while the closed loop runs); user and system time from
+# getrusage(RUSAGE_THREAD), and the time the collector ran (gc.callbacks).
 
 RATE = 100.0  # judged answers/s; the judge's capacity is max_concurrency 64 / 0.2 s = 320/s
 UPSTREAM = 0.02  # each judged answer's simulated upstream wait before its judge pass
 WARM = 0.4  # judge traffic runs this long before a "with" window opens (two round trips)
+
+
+_RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)  # Linux
+
+
+def _rusage() -> tuple[float, float]:
+    """(user, system) CPU seconds of this thread so far; of the process without RUSAGE_THREAD."""
+    r = resource.getrusage(_RUSAGE_THREAD if _RUSAGE_THREAD is not None
+                           else resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime
+
+
+class _GcClock:
+    """Thread CPU seconds spent in the cyclic collector since `install`."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = time.thread_time()
+        else:
+            self.total += time.thread_time() - self._t0
+
+    def install(self) -> None:
+        if self not in gc.callbacks:
+            gc.callbacks.append(self)
+
+    def remove(self) -> None:
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
+
+
+GC_CLOCK = _GcClock()
 
 
 def _sched() -> tuple[float, float]:
@@ -252,19 +317,23 @@ class _Window:
     """One measured stretch of the loop: wall, on-CPU, waiting and the closed loop's work."""
 
     def __init__(self) -> None:
-        self.wall = self.cpu = self.waiting = 0.0
+        self.wall = self.cpu = self.waiting = self.user = self.system = self.gc = 0.0
         self.answers = 0
         self.holds: list[float] = []  # wall seconds the loop was away at each yield
         self.hold_cpus: list[float] = []  # thread CPU seconds of each: other callbacks' work
-        self._t0, self._s0 = 0.0, (0.0, 0.0)
+        self._t0, self._s0, self._r0, self._gc0 = 0.0, (0.0, 0.0), (0.0, 0.0), 0.0
 
     def start(self) -> None:
+        self._gc0, self._r0 = GC_CLOCK.total, _rusage()
         self._s0, self._t0 = _sched(), time.perf_counter()
 
     def stop(self) -> None:
         self.wall = time.perf_counter() - self._t0
         s1 = _sched()
         self.cpu, self.waiting = s1[0] - self._s0[0], s1[1] - self._s0[1]
+        r1 = _rusage()
+        self.user, self.system = r1[0] - self._r0[0], r1[1] - self._r0[1]
+        self.gc = GC_CLOCK.total - self._gc0
 
     @property
     def blocked(self) -> float:
@@ -280,20 +349,27 @@ def _judged_answers(n: float, tag: str) -> list[Judgement]:
     return out
 
 
+async def _no_judge_pass(judgement: Judgement, request: Any) -> Judgement:
+    """The harness windows' stand-in for `resolve_judge`: the judgement as it came."""
+    return judgement
+
+
 async def _drive(pipeline: RoutePipeline, answers: list[Judgement], seconds: float,
-                 lat: list[float] | None = None) -> int:
+                 lat: list[float] | None = None, *, harness_only: bool = False) -> int:
     """Start one judged answer every 1 / RATE s for `seconds`, then wait for them all;
-    the number that were not released."""
+    the number that were not released. `harness_only`: the same arrivals and upstream waits,
+    with no judge pass (the pending answers then count as not released: no errors counted)."""
     errors = 0
+    resolve = _no_judge_pass if harness_only else pipeline.resolve_judge
 
     async def one(j: Judgement) -> None:
         nonlocal errors
         t0 = time.perf_counter()
         await asyncio.sleep(UPSTREAM)
-        out = await pipeline.resolve_judge(j, None)
+        out = await resolve(j, None)
         if lat is not None:
             lat.append(time.perf_counter() - t0)
-        if out.outcome.decision.value != "released":
+        if out.outcome.decision.value != "released" and not harness_only:
             errors += 1
 
     tasks: list[asyncio.Task[None]] = []
@@ -328,35 +404,40 @@ async def beside(pipeline: RoutePipeline, rounds: int, seconds: float) -> dict[s
     cached_claims, cached_ctx = _answer(3, "cached")
     cached = _pending_judgement(cached_claims, cached_ctx)
     await pipeline.resolve_judge(cached, None)  # its verdicts are cached from now on
-    windows: dict[str, list[_Window]] = {"judge": [], "alone": [], "with": []}
+    order = ["judge", "alone", "with", "harness", "harness_with"]
+    windows: dict[str, list[_Window]] = {k: [] for k in order}
     judged_lat: list[float] = []
     errors = 0
-    order = ["judge", "alone", "with"]
+    GC_CLOCK.install()
     for r in range(rounds):
-        for kind in order[r % 3:] + order[: r % 3]:  # rotated: no kind always goes first
+        for kind in order[r % 5:] + order[: r % 5]:  # rotated: no kind always goes first
             answers = _judged_answers(RATE * (seconds + WARM), f"r{r}{kind}")
             gc.collect()
             await asyncio.sleep(0.2)  # let the machine settle after the last window
             w = _Window()
-            if kind != "with":
+            harness = kind.startswith("harness")
+            if kind in ("judge", "harness"):
                 w.start()
-            if kind == "judge":
-                errors += await _drive(pipeline, answers, seconds)
+                # including its last answers' judge round trips
+                errors += await _drive(pipeline, answers, seconds, harness_only=harness)
+                w.stop()
             elif kind == "alone":
+                w.start()
                 await _no_judge_loop(pipeline, cached, w, seconds)
+                w.stop()
             else:
                 # The judge traffic runs from WARM s before the window to its end: the window
                 # sees it in its steady state (calls going out and verdicts coming back).
-                driver = asyncio.create_task(
-                    _drive(pipeline, answers, seconds + WARM, judged_lat))
+                driver = asyncio.create_task(_drive(
+                    pipeline, answers, seconds + WARM, None if harness else judged_lat,
+                    harness_only=harness))
                 await asyncio.sleep(WARM)
                 w.start()
                 await _no_judge_loop(pipeline, cached, w, seconds)
                 w.stop()
                 errors += await driver
-            if kind != "with":
-                w.stop()  # "judge": including its last answers' judge round trips
             windows[kind].append(w)
+    GC_CLOCK.remove()
     return _beside_figures(windows, judged_lat, errors, seconds)
 
 
@@ -373,6 +454,18 @@ def _beside_figures(windows: dict[str, list[_Window]], judged_lat: list[float], 
     per_yield = med([sum(w.hold_cpus) / max(1, len(w.holds)) for w in windows["alone"]])
     judge_with = [max(0.0, sum(w.hold_cpus) - per_yield * len(w.holds)) for w in windows["with"]]
     judge_with_share = [j / w.wall for j, w in zip(judge_with, windows["with"], strict=True)]
+    # The harness alone (arrivals, upstream waits, no judge pass), alone and beside.
+    harness_alone = [w.cpu / seconds for w in windows["harness"]]
+    harness_with = [max(0.0, sum(w.hold_cpus) - per_yield * len(w.holds))
+                    for w in windows["harness_with"]]
+    harness_with_share = [h / w.wall for h, w in zip(harness_with, windows["harness_with"],
+                                                      strict=True)]
+    kept_harness = [w.answers / w.wall / a
+                    for a, w in zip(alone, windows["harness_with"], strict=True)]
+    n_judged = RATE * seconds
+
+    def per_answer_us(kind: str, attr: str) -> list[int]:
+        return [round(getattr(w, attr) / n_judged * 1e6) for w in windows[kind]]
     cost_alone = [w.cpu / w.answers * 1e6 for w in windows["alone"]]
     cost_with = [(w.cpu - j) / w.answers * 1e6
                  for j, w in zip(judge_with, windows["with"], strict=True)]
@@ -403,6 +496,21 @@ def _beside_figures(windows: dict[str, list[_Window]], judged_lat: list[float], 
         "judge_traffic_cpu_share_alone": [round(x, 3) for x in judge_alone],
         "judge_traffic_cpu_us_per_answer_alone": [round(x / RATE * 1e6) for x in judge_alone],
         "judge_traffic_cpu_share_with": [round(x, 3) for x in judge_with_share],
+        # Thread user / system time and the collector's, per judged answer, in the windows
+        # of the judge traffic and of its harness alone.
+        "judge_traffic_user_us_per_answer_alone": per_answer_us("judge", "user"),
+        "judge_traffic_system_us_per_answer_alone": per_answer_us("judge", "system"),
+        "judge_traffic_gc_us_per_answer_alone": per_answer_us("judge", "gc"),
+        "harness_cpu_us_per_answer_alone": [round(x / RATE * 1e6) for x in harness_alone],
+        "harness_user_us_per_answer_alone": per_answer_us("harness", "user"),
+        "harness_system_us_per_answer_alone": per_answer_us("harness", "system"),
+        # Each round's judge window less its harness window: the judge pass's own CPU (the
+        # plan, the HTTP exchange, the verdicts, re-deciding), with the loop otherwise idle.
+        "judge_pass_cpu_us_per_answer_alone": [
+            round((j - h) / RATE * 1e6) for j, h in zip(judge_alone, harness_alone, strict=True)],
+        "harness_cpu_share_with": [round(x, 3) for x in harness_with_share],
+        "no_judge_kept_harness_only": [round(x, 3) for x in kept_harness],
+        "no_judge_kept_harness_only_median": round(med(kept_harness), 3),
         "judge_traffic_share_of_loop_cpu_with": [
             round(j / w.cpu, 3) for j, w in zip(judge_with, windows["with"], strict=True)],
         "on_cpu_share_alone": share("alone", "cpu"),
@@ -475,6 +583,21 @@ def markdown(result: dict[str, Any]) -> str:
          spread(b["judge_traffic_cpu_us_per_answer_alone"], ".0f") + " µs"],
         ["… share of the CPU the loop got (with)",
          spread(b["judge_traffic_share_of_loop_cpu_with"], ".0%")],
+        ["… of it user / system / in the collector",
+         f"{spread(b['judge_traffic_user_us_per_answer_alone'], '.0f')} / "
+         f"{spread(b['judge_traffic_system_us_per_answer_alone'], '.0f')} / "
+         f"{spread(b['judge_traffic_gc_us_per_answer_alone'], '.0f')} µs"],
+        ["the harness alone (same arrivals and 20 ms waits, no judge pass), per answer: "
+         "CPU (user / system)",
+         f"{spread(b['harness_cpu_us_per_answer_alone'], '.0f')} µs "
+         f"({spread(b['harness_user_us_per_answer_alone'], '.0f')} / "
+         f"{spread(b['harness_system_us_per_answer_alone'], '.0f')})"],
+        ["the judge pass's own CPU per judged answer (each round's judge − harness window)",
+         spread(b["judge_pass_cpu_us_per_answer_alone"], ".0f") + " µs"],
+        ["the harness's CPU beside the no-judge loop, share of a core; no-judge answers kept "
+         "beside the harness alone",
+         f"{spread(b['harness_cpu_share_with'], '.1%')}; "
+         f"{spread(b['no_judge_kept_harness_only'], '.0%')}"],
         ["CPU per no-judge answer, alone / beside judge traffic (its CPU taken out)",
          f"{spread(b['no_judge_cpu_us_alone'], '.1f')} / "
          f"{spread(b['no_judge_cpu_us_with'], '.1f')} µs"],
@@ -497,11 +620,13 @@ def markdown(result: dict[str, Any]) -> str:
          f"{b['judged_p50_ms_beside_no_judge_loop']} ms / {b['judged_errors']}"],
     ]
     out.append(f"Judge pass against a scripted judge (a separate process answering after "
-               f"{rt:g} ms; answers of pending claims citing one chunk, `group_by: chunk`):\n")
+               f"{rt:g} ms; answers of pending claims citing one chunk, `group_by: chunk`); "
+               f"event loop {j['event_loop']}; {result['pinning']}:\n")
     out.append(table + "\n")
     out.append(f"Beside judge traffic, {b['rounds']} rounds of {b['window_s']:g} s windows "
-               "taken in turns (judge traffic alone, no-judge answers alone, both), "
-               "median (min–max); thread times from /proc/thread-self/schedstat:\n")
+               "taken in turns (judge traffic alone, no-judge answers alone, both, the "
+               "harness alone, the harness beside the no-judge answers), median (min–max); "
+               "thread times from /proc/thread-self/schedstat and getrusage:\n")
     out.append("\n".join(["| measure | result |", "| --- | --- |"]
                          + ["| " + " | ".join(r) + " |" for r in detail]) + "\n")
     return "\n".join(out)
@@ -515,21 +640,31 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=2.0, help="seconds per window")
     ap.add_argument("--json", action="store_true", help="print JSON instead of markdown")
     ap.add_argument("--json-out", default=None, help="also write the JSON figures here")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="leave the measured loop and the scripted judge to the scheduler")
     ap.add_argument("--serve-judge", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--judge-cpu", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve_judge is not None:
-        serve_judge(args.serve_judge, args.latency)
+        serve_judge(args.serve_judge, args.latency, args.judge_cpu)
         return 0
-    result: dict[str, Any] = {}
+    loop_cpu, judge_cpu, pinning = pin_plan(not args.no_pin)
+    if loop_cpu is not None:
+        os.sched_setaffinity(0, {loop_cpu})  # this (only) thread, before any other starts
+    result: dict[str, Any] = {"pinning": pinning}
     if Path(args.data).exists():
         result["lexical"] = lexical(Path(args.data))
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, __file__, "--serve-judge", str(port),
-                             "--latency", str(args.latency)])
+    cmd = [sys.executable, __file__, "--serve-judge", str(port), "--latency", str(args.latency)]
+    if judge_cpu is not None:
+        cmd += ["--judge-cpu", str(judge_cpu)]
+    proc = subprocess.Popen(cmd)
     try:
         _wait_port(port)
-        result["judge"] = asyncio.run(judge_costs(f"http://127.0.0.1:{port}", args.latency,
-                                                  args.rounds, args.window))
+        # The loop the gateway serves on (gateway/server.py): uvloop where installed.
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            result["judge"] = runner.run(judge_costs(f"http://127.0.0.1:{port}", args.latency,
+                                                     args.rounds, args.window))
     finally:
         proc.terminate()
         proc.wait(10)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.checks.support import content_words
-from gateway.judge.cache import cache_key
+from gateway.judge.cache import CacheKeys
 from gateway.judge.client import (
     CallRecord,
     JudgeClient,
@@ -212,6 +212,7 @@ class JudgePass:
         by_claim: dict[int, _Call] = {}
         answer_call: _Call | None = None
         pair_level = self._pair_level()
+        keys = CacheKeys(self.model, self.prompt_version)  # chunks cited twice hashed once
         for p in pending:
             q = self._question_for(p.claim, question)
             if pair_level:
@@ -221,8 +222,7 @@ class JudgePass:
             else:
                 units = [(None, p.chunks)]
             for unit, chunks in units:
-                key = cache_key(p.claim, [t for _, t in chunks], self.model,
-                                self.prompt_version, q)
+                key = keys.key(p.claim, [t for _, t in chunks], q)
                 hit = cache.get(key)
                 if hit is not None:
                     stats.cache_hits += 1
