@@ -257,16 +257,14 @@ class _Exchange:
             raise _ClientGone(f"the body ended after {size} of {declared} bytes")
         return b"".join(parts)
 
-    async def _watch_hangup(self, task: asyncio.Task[Any]) -> None:
-        """Once the body is in, the server's next message is `http.disconnect`: when the
-        client hung up (not when the response completed), the exchange is cancelled, and with
-        it the upstream request (its connection is closed, never pooled)."""
+    async def _watch_hangup(self, hung_up: Callable[[], None]) -> None:
+        """Once the body is in, the server's next message is `http.disconnect`: `hung_up`
+        then decides (a disconnect after the response completed cancels nothing)."""
         message = await self.receive()
         # Anything else would be a server that does not block here (ASGI says it should):
         # watching stops rather than spin.
-        if message["type"] == "http.disconnect" and not self.ended:
-            self.gone = True
-            task.cancel()
+        if message["type"] == "http.disconnect":
+            hung_up()
 
     async def _hangup_guarded(self, work: Awaitable[None]) -> None:
         """`work` (the upstream exchange and the response), cancelled if the client hangs up:
@@ -276,6 +274,8 @@ class _Exchange:
         hangup = self.scope.get("extensions", {}).get(HANGUP)
 
         def hung_up() -> None:
+            # The client went away before the response completed: the exchange is cancelled,
+            # and with it the upstream request (its connection is closed, never pooled).
             if not self.ended:
                 self.gone = True
                 task.cancel()
@@ -283,7 +283,7 @@ class _Exchange:
         if hangup is not None:
             hangup.watch(hung_up)
         else:
-            watcher = asyncio.ensure_future(self._watch_hangup(task))
+            watcher = asyncio.ensure_future(self._watch_hangup(hung_up))
         try:
             await work
         except asyncio.CancelledError:
