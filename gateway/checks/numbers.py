@@ -166,7 +166,7 @@ def numbers_in(text: str) -> list[Quantity]:
         return []
     if "[" in text:
         text = _BARE_CITATION.sub(" ", text)
-        first = 0  # blanking shifts nothing, but keep the scan simple
+        first = min(first, 0)  # the substitution moves the digits: from the start, if any
     out: list[Quantity] = []
     if first >= 0:
         out.extend(_digit_numbers(text, ascii_text, first))
