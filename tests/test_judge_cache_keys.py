@@ -1,11 +1,29 @@
 """CacheKeys (one answer's verdict-cache keys, the shared parts hashed once) gives exactly the
-keys of cache_key, so a verdict cached by either is found by the other."""
+documented key, as cache_key does, so a verdict cached by either is found by the other."""
 
 from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
 
 import pytest
 
 from gateway.judge.cache import CacheKeys, cache_key
+
+
+def _documented(
+    claim: str, chunks: Sequence[str], model: str, prompt_version: str, question: str | None
+) -> bytes:
+    """The key as the module docstring defines it, written out independently."""
+    h = hashlib.blake2b(digest_size=20)
+    for part in (model, prompt_version, claim, question if question is not None else "\0none"):
+        b = part.encode("utf-8", "surrogatepass")
+        h.update(len(b).to_bytes(8, "big"))
+        h.update(b)
+    for text in chunks:
+        h.update(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=20).digest())
+    return h.digest()
+
 
 CHUNKS = ["The reactor near Oslo holds 42 rods.", "", "snow \ud800 surrogate", "Ünïcødé ✓"]
 
@@ -17,7 +35,8 @@ CHUNKS = ["The reactor near Oslo holds 42 rods.", "", "snow \ud800 surrogate", "
 @pytest.mark.parametrize("claim", ["", "Fik-Shun.", "The reactor holds 42 rods \ud83d."])
 def test_cache_keys_are_cache_key(claim: str, chunks: list[str], question: str | None) -> None:
     keys = CacheKeys("judge-model", "default-0123456789ab")
-    want = cache_key(claim, chunks, "judge-model", "default-0123456789ab", question)
+    want = _documented(claim, chunks, "judge-model", "default-0123456789ab", question)
+    assert cache_key(claim, chunks, "judge-model", "default-0123456789ab", question) == want
     assert keys.key(claim, chunks, question) == want
     assert keys.key(claim, chunks, question) == want  # chunk digests now remembered
 

@@ -24,20 +24,17 @@ def _chunk_digest(text: str) -> bytes:
 def cache_key(
     claim: str, chunks: Sequence[str], model: str, prompt_version: str, question: str | None
 ) -> bytes:
-    """A fixed-size key: the digest of the parts, each length-prefixed so none can run into
-    the next."""
-    h = hashlib.blake2b(digest_size=20)
-    for part in (model, prompt_version, claim, question if question is not None else "\0none"):
-        _part(h, part)
-    for text in chunks:
-        h.update(_chunk_digest(text))
-    return h.digest()
+    """One verdict's key (see `CacheKeys`)."""
+    return CacheKeys(model, prompt_version).key(claim, chunks, question)
 
 
 class CacheKeys:
-    """`cache_key` for one model and prompt version, for the claims of one answer: the hash
-    of the model and prompt version is taken once, and each chunk's digest once however many
-    claims cite it. The keys are `cache_key`'s, byte for byte."""
+    """Verdict-cache keys for one model and prompt version, for the claims of one answer.
+
+    A fixed-size key: the blake2b-160 digest of model, prompt version, claim and question
+    ("\\0none" when there is none), each length-prefixed so none can run into the next, then
+    each chunk's own digest. The model and prompt version are hashed once, and each chunk
+    once however many claims cite it."""
 
     __slots__ = ("_chunks", "_prefix")
 
