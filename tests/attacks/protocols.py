@@ -12,6 +12,7 @@ checking) are built for every protocol from the spec's own builders, so adding a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -112,6 +113,13 @@ class ProtocolSpec:
         "openai-chat"
     )
     stream_path: str | None = None  # where a stream is asked for, when the path says so
+    stream_content_type: str | None = None  # the upstream stream's, when it is not SSE
+    stream_text_key: str | None = None  # the key text deltas sit under, when not `text_key`
+    # Stream builders that replace a generic plant's (by name) where the generic one edits SSE
+    # text and the protocol's stream is not SSE.
+    stream_overrides: Mapping[str, Callable[[], list[bytes] | bytes]] = field(
+        default_factory=dict
+    )
 
     @property
     def modes(self) -> tuple[Mode, ...]:
@@ -1105,31 +1113,39 @@ PLANTED_HEADERS = {
 }
 
 
-def _dup_text(spec: ProtocolSpec, reverse: bool) -> Callable[[], bytes]:
+BIG_INT = ', "x_big": 12345678901234567890123'
+"""A 23-digit integer: orjson cannot re-encode it, so the duplicate-key check takes its
+fallback path for the object that holds it."""
+
+
+def _dup_text(spec: ProtocolSpec, reverse: bool, extra: str = "") -> Callable[[], bytes]:
     def build() -> bytes:
         raw = json.dumps(spec.body(GOOD))
         needle = f'"{spec.text_key}": {json.dumps(GOOD)}'
         assert needle in raw, (needle, raw)
         evil = f'"{spec.text_key}": {json.dumps(BAD)}'
         return raw.replace(
-            needle, f"{evil}, {needle}" if reverse else f"{needle}, {evil}", 1
+            needle, (f"{evil}, {needle}" if reverse else f"{needle}, {evil}") + extra, 1
         ).encode()
 
     return build
 
 
-def _dup_stream(spec: ProtocolSpec, reverse: bool) -> Callable[[], bytes] | None:
+def _dup_stream(
+    spec: ProtocolSpec, reverse: bool, extra: str = ""
+) -> Callable[[], bytes] | None:
     frames = spec.frames
     if frames is None:
         return None
 
     def build() -> bytes:
         raw = b"".join(frames(GOOD)).decode()
-        needle = f'"{spec.text_key}": {json.dumps(GOOD[:PIECE])}'
+        key = spec.stream_text_key or spec.text_key
+        needle = f'"{key}": {json.dumps(GOOD[:PIECE])}'
         assert needle in raw, (needle, raw)
-        evil = f'"{spec.text_key}": {json.dumps(BAD)}'
+        evil = f'"{key}": {json.dumps(BAD)}'
         return raw.replace(
-            needle, f"{evil}, {needle}" if reverse else f"{needle}, {evil}", 1
+            needle, (f"{evil}, {needle}" if reverse else f"{needle}, {evil}") + extra, 1
         ).encode()
 
     return build
@@ -1213,7 +1229,14 @@ def generic_plants(spec: ProtocolSpec) -> dict[str, Plant]:
         "duplicate-key-top-level": Plant(
             json=_dup_top(spec), stream=_dup_top_stream(spec), fail_closed=True
         ),
+        "duplicate-key-beside-big-integer": Plant(
+            json=_dup_text(spec, False, BIG_INT),
+            stream=_dup_stream(spec, False, BIG_INT),
+            fail_closed=True,
+        ),
     }
+    for name, stream in spec.stream_overrides.items():
+        plants[name] = dataclasses.replace(plants[name], stream=stream)
     return plants
 
 
