@@ -1084,6 +1084,7 @@ RAG = ProtocolSpec(
 )
 
 from tests.attacks.cohere_spec import COHERE  # noqa: E402  (it builds on the names above)
+from tests.attacks.responses_spec import RESPONSES  # noqa: E402  (the same)
 
 GEMINI = gemini_spec.spec(
     ProtocolSpec, Plant, context=CONTEXT_TAG, planted=PLANTED_TAG, good=GOOD, bad=BAD,
@@ -1091,7 +1092,7 @@ GEMINI = gemini_spec.spec(
 )
 
 REGISTRY: dict[str, ProtocolSpec] = {
-    s.name: s for s in (OPENAI, ANTHROPIC, RAG, COHERE, GEMINI)
+    s.name: s for s in (OPENAI, ANTHROPIC, RAG, COHERE, GEMINI, RESPONSES)
 }
 """Adding a protocol to the matrix is one entry here."""
 

@@ -54,6 +54,11 @@ def _clean_end(spec: ProtocolSpec, resp: RawResponse) -> bool:
         return any(name == "message_stop" for name, _ in events)
     if spec.name == "cohere-chat":
         return any(name == "message-end" and '"ERROR"' not in data for name, data in events)
+    if spec.name == "openai-responses":
+        names = {name for name, _ in events}
+        return bool(names & {"response.completed", "response.incomplete"}) and not (
+            names & {"error", "response.failed"}
+        )
     if spec.name == "gemini":  # no terminal event: a clean end is one without an error chunk
         return resp.status < 300 and not any('"error"' in data[:12] for _, data in events)
     return resp.status < 300

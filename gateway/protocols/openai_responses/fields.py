@@ -17,7 +17,11 @@ __all__ = [
 ]
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.:@/+=\-]{1,256}")
-_FILENAME = re.compile(r"[^\x00-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069]{1,255}")
+# A file's name: one path segment, no whitespace, no citation brackets, no control or
+# invisible characters. Anything else (a sentence) is text nobody verifies: blanked like a title.
+_FILENAME = re.compile(
+    r"[^\s\x00-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069/\\\[\]]{1,255}"
+)
 _URL = re.compile(r"https?://[^\s\x00-\x1f\x7f]{1,2048}")
 
 

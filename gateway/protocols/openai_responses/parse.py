@@ -25,7 +25,7 @@ from gateway.protocols.openai_responses.fields import (
 )
 from gateway.types import Answer, Channel, Citation
 
-__all__ = ["NAME", "TEXT", "cited_position", "parse_body", "text_parts"]
+__all__ = ["NAME", "TEXT", "annotation_unknown", "cited_position", "parse_body", "text_parts"]
 
 NAME = "openai-responses"
 TEXT = "output_text"  # first element of an output_text channel's path
@@ -69,6 +69,24 @@ def _citation(cid: object, key: str) -> Citation:
     return Citation(id=str(shown), raw=str(shown), malformed=f"annotation {key} has a bad shape")
 
 
+def annotation_unknown(
+    ann: Mapping[str, object], apath: tuple[str | int, ...]
+) -> list[tuple[str | int, ...]]:
+    """The paths of an annotation that do not go out as they are: the whole annotation when
+    its type is unknown, else its unknown keys, its `title` (web page text) and a `filename`
+    that is not shaped like one."""
+    known = ANNOTATION_KEYS.get(str(ann.get("type")))
+    if known is None:
+        return [apath]
+    out: list[tuple[str | int, ...]] = []
+    for key, value in ann.items():
+        if key not in known or key == "title" or (
+            key == "filename" and not shape_ok(ANNOTATION_SHAPES, key, value)
+        ):
+            out.append((*apath, key))
+    return out
+
+
 def annotation_spans(
     text: str,
     annotations: object,
@@ -88,17 +106,9 @@ def annotation_spans(
             raise ProtocolError("openai-responses: annotation without a type")
         atype = str(ann["type"])
         apath = (*where, "annotations", k)
-        known = ANNOTATION_KEYS.get(atype)
-        if known is None:
-            unknown.append(apath)
+        unknown.extend(annotation_unknown(ann, apath))
+        if atype not in ANNOTATION_KEYS:
             continue
-        for key, value in ann.items():
-            if key not in known:
-                unknown.append((*apath, key))
-            elif key == "title":
-                unknown.append((*apath, key))  # web page text: withheld unless allowed
-            elif key == "filename" and not shape_ok(ANNOTATION_SHAPES, key, value):
-                unknown.append((*apath, key))
         if atype in ("url_citation", "container_file_citation"):
             s, e = _int(ann.get("start_index")), _int(ann.get("end_index"))
             if s is None or e is None or not 0 <= s <= e <= n:
