@@ -54,6 +54,11 @@ PLANTED_TAG = f'<chunk id="{PLANTED_ID}">{PLANTED_TEXT}</chunk>'
 PLANTED_ANSWER = f"{PLANTED_TEXT[:-1]} [{PLANTED_ID}]."
 
 
+BIG_INT = ', "x_big": 12345678901234567890123'
+"""A 23-digit integer: orjson cannot re-encode it, so the duplicate-key check takes its
+fallback path for the object that holds it."""
+
+
 def sign(key: bytes, chunk_id: str, version: str | None, text: str) -> str:
     """DESIGN §3: hex HMAC-SHA256 of id, version (empty when absent) and the raw tag text,
     joined by U+001F."""
@@ -1083,7 +1088,8 @@ RAG = ProtocolSpec(
     error_protocol="rag-json",
 )
 
-from tests.attacks.cohere_spec import COHERE  # noqa: E402  (it builds on the names above)
+from tests.attacks.bedrock_spec import BEDROCK  # noqa: E402  (it builds on the names above)
+from tests.attacks.cohere_spec import COHERE  # noqa: E402  (the same)
 from tests.attacks.responses_spec import RESPONSES  # noqa: E402  (the same)
 
 GEMINI = gemini_spec.spec(
@@ -1092,7 +1098,7 @@ GEMINI = gemini_spec.spec(
 )
 
 REGISTRY: dict[str, ProtocolSpec] = {
-    s.name: s for s in (OPENAI, ANTHROPIC, RAG, COHERE, GEMINI, RESPONSES)
+    s.name: s for s in (OPENAI, ANTHROPIC, RAG, COHERE, GEMINI, RESPONSES, BEDROCK)
 }
 """Adding a protocol to the matrix is one entry here."""
 
@@ -1112,11 +1118,6 @@ PLANTED_HEADERS = {
     "content-disposition": f'attachment; filename="{MARKER}.txt"',
     "warning": f'199 - "{BAD}"',
 }
-
-
-BIG_INT = ', "x_big": 12345678901234567890123'
-"""A 23-digit integer: orjson cannot re-encode it, so the duplicate-key check takes its
-fallback path for the object that holds it."""
 
 
 def _dup_text(spec: ProtocolSpec, reverse: bool, extra: str = "") -> Callable[[], bytes]:

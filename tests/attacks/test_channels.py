@@ -17,6 +17,7 @@ from tests.attacks.harness import (
     GatewayProcess,
     RawResponse,
     assert_no_leak,
+    eventstream_messages,
     leaks,
     parse_response,
 )
@@ -47,6 +48,10 @@ def _cases() -> list[Any]:
 
 
 def _clean_end(spec: ProtocolSpec, resp: RawResponse) -> bool:
+    if spec.name == "bedrock-converse":  # a binary event-stream, not SSE
+        kinds = [h.get(":event-type") or h.get(":message-type") for h, _ in
+                 eventstream_messages(resp.body)]
+        return "messageStop" in kinds and not {"exception", "error"} & set(kinds)
     events = sse_events(resp.body)
     if spec.name == "openai-chat":
         return any(data.strip() == "[DONE]" for _, data in events)
