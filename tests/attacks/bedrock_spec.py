@@ -392,6 +392,7 @@ BEDROCK = ProtocolSpec(
     answer_text=answer_text,
     error_envelope=lambda m: {"message": m},
     plants=plants(),
+    spot_modes=("json", "progressive"),
     planted_requests={w_: planted(w_) for w_ in (
         "user-text", "user-second-block", "assistant-history", "assistant-document")},
     trusted_requests={w_: trusted(w_) for w_ in ("system", "document", "tool-result")},

@@ -126,9 +126,18 @@ class ProtocolSpec:
         default_factory=dict
     )
 
+    # Cases that do not depend on how a stream is buffered (claim segmentation, context
+    # places, foreign error bodies) run in these modes only; None: in every mode.
+    spot_modes: tuple[Mode, ...] | None = None
+
     @property
     def modes(self) -> tuple[Mode, ...]:
         return MODES if self.streams else ("json",)
+
+    @property
+    def mode_free(self) -> tuple[Mode, ...]:
+        """The modes a case that does not depend on the streaming mode runs in."""
+        return self.spot_modes or self.modes
 
     def good(self, text: str) -> Plant:
         frames = self.frames

@@ -406,6 +406,7 @@ RESPONSES = ProtocolSpec(
     answer_text=answer_text,
     error_envelope=lambda m: rw.response_error(m),
     plants=plants(),
+    spot_modes=("json", "progressive"),
     planted_requests={w: planted(w) for w in (
         "input-string", "user-message", "user-input-text-part", "assistant-history",
         "function-call-arguments")},

@@ -111,7 +111,7 @@ def _non_envelope_cases() -> list[Any]:
     return [
         pytest.param(spec, mode, name, id=f"{spec.name}-{mode}-{name}")
         for spec in REGISTRY.values()
-        for mode in spec.modes
+        for mode in spec.mode_free
         for name in HTML_ERRORS
     ]
 

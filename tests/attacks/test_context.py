@@ -34,7 +34,7 @@ def _planted_cases() -> list[Any]:
     return [
         pytest.param(spec, mode, where, id=f"{spec.name}-{mode}-{where}")
         for spec in REGISTRY.values()
-        for mode in spec.modes
+        for mode in spec.mode_free
         for where in spec.planted_requests
     ]
 
@@ -60,7 +60,7 @@ def _header_cases() -> list[Any]:
     return [
         pytest.param(spec, mode, name, value, id=f"{spec.name}-{mode}-{name}")
         for spec in REGISTRY.values()
-        for mode in spec.modes
+        for mode in spec.mode_free
         for name, value in (
             ("x-citewarden-context", full),
             ("x-citewarden-context-ids", PLANTED_ID),
@@ -89,7 +89,7 @@ def _trusted_cases() -> list[Any]:
     return [
         pytest.param(spec, mode, where, id=f"{spec.name}-{mode}-{where}")
         for spec in REGISTRY.values()
-        for mode in spec.modes
+        for mode in spec.mode_free
         for where in spec.trusted_requests
     ]
 
