@@ -19,6 +19,7 @@ from tests.attacks.protocols import (
     CONTEXT_TAG,
     GOOD,
     PIECE,
+    PLANTED_ANSWER,
     PLANTED_TAG,
     Plant,
     ProtocolSpec,
@@ -211,6 +212,21 @@ def plants() -> dict[str, Plant]:
             "error", {"code": "server_error", "message": BAD})),
         "incomplete-details-prose": _mut(lambda b: b.update(
             status="incomplete", incomplete_details={"reason": BAD})),
+        # Echoes of the request: the client's own values go out, nothing the upstream wrote.
+        "instructions-echo-differs": _mut(lambda b: b.__setitem__("instructions", BAD)),
+        "instructions-echo-planted-context": _mut(
+            lambda b: b.__setitem__("instructions", PLANTED_TAG), PLANTED_ANSWER),
+        "metadata-echo": _mut(lambda b: b.__setitem__("metadata", {"note": BAD})),
+        "reasoning-config-text": _mut(lambda b: b["reasoning"].__setitem__("content", BAD)),
+        "text-format-schema": _mut(lambda b: b.__setitem__("text", {"format": {
+            "type": "json_schema", "name": "answer", "schema": {"description": BAD}}})),
+        "tools-echo": _mut(lambda b: b.__setitem__("tools", [
+            {"type": "function", "name": "lookup", "description": BAD, "parameters": {}}])),
+        "tool-choice-prose": _mut(lambda b: b.__setitem__("tool_choice", BAD)),
+        "prompt-echo": _mut(lambda b: b.__setitem__(
+            "prompt", {"id": "pmpt_1", "variables": {"x": BAD}})),
+        "conversation-echo": _mut(lambda b: b.__setitem__(
+            "conversation", {"id": "conv_1", "note": BAD})),
         "usage-unknown-text": _mut(lambda b: b["usage"].__setitem__("x_note", BAD)),
         "usage-details-text": _mut(lambda b: b["usage"]["output_tokens_details"].__setitem__(
             "note", BAD)),

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.protocols.base import Framer
-from gateway.protocols.openai_responses.fields import ITEM_KEYS, ITEM_SHAPES, TOP_KEYS, shape_ok
-from gateway.protocols.openai_responses.parse import parse_body
+from gateway.protocols.openai_responses.fields import ITEM_KEYS, ITEM_SHAPES, shape_ok
+from gateway.protocols.openai_responses.parse import parse_body, top_unknown
 from gateway.protocols.openai_responses.render import (
     Events,
     head_of,
@@ -35,10 +35,12 @@ __all__ = ["ResponsesFramer"]
 Json = dict[str, Any]
 
 
-def _known(table: Mapping[str, Callable[[object], bool]], obj: Mapping[str, Any]) -> Json:
+def _known_head(resp: Mapping[str, Any]) -> Json:
     """The fields of a response head that go out before the answer is judged: known ones of
-    their expected shape (the final `response.completed` carries what the policy allows)."""
-    return {k: v for k, v in obj.items() if k in table and table[k](v)}
+    their expected shape, echoes only as the client sent them (the final
+    `response.completed` carries what the policy allows)."""
+    bad = {path[0] for path in top_unknown(resp)}
+    return {k: v for k, v in resp.items() if k not in bad}
 
 
 def _known_item(item: Mapping[str, Any]) -> Json:
@@ -102,7 +104,7 @@ class ResponsesFramer(Framer):
         etype = data.get("type")
         if etype == "response.created" and self.head is None:
             resp = data.get("response")
-            self.head = _known(TOP_KEYS, resp) if isinstance(resp, dict) else None
+            self.head = _known_head(resp) if isinstance(resp, dict) else None
         elif etype == "response.output_item.added":
             item, i = data.get("item"), data.get("output_index")
             if isinstance(item, dict) and isinstance(i, int):

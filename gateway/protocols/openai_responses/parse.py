@@ -14,9 +14,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from gateway.errors import ProtocolError
+from gateway.protocols.openai_responses.context import client_request
 from gateway.protocols.openai_responses.fields import (
     ANNOTATION_KEYS,
     ANNOTATION_SHAPES,
+    ECHOES,
     ITEM_KEYS,
     ITEM_SHAPES,
     PART_KEYS,
@@ -25,7 +27,15 @@ from gateway.protocols.openai_responses.fields import (
 )
 from gateway.types import Answer, Channel, Citation
 
-__all__ = ["NAME", "TEXT", "annotation_unknown", "cited_position", "parse_body", "text_parts"]
+__all__ = [
+    "NAME",
+    "TEXT",
+    "annotation_unknown",
+    "cited_position",
+    "parse_body",
+    "text_parts",
+    "top_unknown",
+]
 
 NAME = "openai-responses"
 TEXT = "output_text"  # first element of an output_text channel's path
@@ -126,6 +136,27 @@ def annotation_spans(
     return spans
 
 
+_ABSENT = object()
+
+
+def top_unknown(body: Mapping[str, object]) -> list[tuple[str | int, ...]]:
+    """Top-level fields that do not go out as they are: unknown, of the wrong shape, or an echo
+    of the request that is neither a bare setting nor what this exchange's client sent."""
+    out: list[tuple[str | int, ...]] = []
+    request: Mapping[str, object] | None = None
+    for key, value in body.items():
+        if key not in TOP_KEYS or not TOP_KEYS[key](value):
+            out.append((key,))
+            continue
+        echo = ECHOES.get(key)
+        if echo is not None and not echo[0](value):
+            if request is None:
+                request = client_request()
+            if request.get(key, _ABSENT) != value:
+                out.append((key,))
+    return out
+
+
 def _str(value: object, what: str) -> str:
     if not isinstance(value, str):
         raise ProtocolError(f"openai-responses: {what} is not a string")
@@ -164,9 +195,7 @@ def parse_body(body: Mapping[str, object]) -> Answer:
         raise ProtocolError("openai-responses: output is not a list")
     answer = Answer(protocol=NAME, body=dict(body), usage=_usage(body))
     unknown = answer.unknown_fields
-    for key, value in body.items():
-        if key not in TOP_KEYS or not TOP_KEYS[key](value):
-            unknown.append((key,))
+    unknown.extend(top_unknown(body))
     n_text = 0
     for i, item, itype in _items(output):
         known = ITEM_KEYS.get(itype)

@@ -14,10 +14,11 @@ from typing import Any
 
 from gateway.policy import Policy
 from gateway.protocols.base import field_allowed, leaks, rebuild_with_map, split_claims
-from gateway.protocols.openai_responses.context import client_wants_results
+from gateway.protocols.openai_responses.context import client_request, client_wants_results
 from gateway.protocols.openai_responses.fields import (
     ANNOTATION_KEYS,
     ANNOTATION_SHAPES,
+    ECHOES,
     shape_ok,
 )
 from gateway.protocols.openai_responses.parse import TEXT, cited_position, text_parts
@@ -130,6 +131,12 @@ def released_body(
             continue
         if len(path) == 2 and path[0] == "output":
             gone.add(int(path[1]))
+            continue
+        if len(path) == 1 and path[0] in ECHOES:
+            # The client's own value stands in for the upstream's echo (the SDK expects it).
+            key = str(path[0])
+            request = client_request()
+            body[key] = copy.deepcopy(request[key] if key in request else ECHOES[key][1])
             continue
         node: Any = body
         for p in path[:-1]:

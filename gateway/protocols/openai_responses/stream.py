@@ -19,12 +19,13 @@ from typing import Any
 from gateway.errors import ProtocolError
 from gateway.protocols.base import StreamParser, TextDelta, channel_key
 from gateway.protocols.openai_responses.context import file_search_chunks
-from gateway.protocols.openai_responses.fields import ITEM_SHAPES, TOP_KEYS, shape_ok
+from gateway.protocols.openai_responses.fields import ITEM_SHAPES, shape_ok
 from gateway.protocols.openai_responses.parse import (
     TEXT,
     annotation_spans,
     annotation_unknown,
     parse_body,
+    top_unknown,
 )
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Citation, ContextSet
@@ -115,9 +116,7 @@ def _residue(etype: str, data: Mapping[str, Any]) -> list[tuple[str | int, ...]]
         resp = data.get("response")
         if not isinstance(resp, Mapping):
             return []
-        out: list[tuple[str | int, ...]] = [
-            (k,) for k, v in resp.items() if k not in TOP_KEYS or not TOP_KEYS[k](v)
-        ]
+        out = top_unknown(resp)
         if resp.get("output"):  # the head announces no output: items come as their events
             out.append(("output",))
         return out
