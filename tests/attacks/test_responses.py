@@ -147,3 +147,34 @@ def test_repeated_copies_are_the_released_text_and_renumbered(
     copies += [p["text"] for i in final["output"] if i["type"] == "message" for p in i["content"]]
     assert len(copies) == 4, copies
     assert set(copies) == {sent}, copies
+
+
+ECHO = {
+    "metadata": {"tenant": "acme"},
+    "tools": [{"type": "function", "name": "lookup", "description": "Look a pump up.",
+               "parameters": {"type": "object", "properties": {}}, "strict": True}],
+    "text": {"format": {"type": "json_schema", "name": "answer", "strict": True,
+                        "schema": {"type": "object", "description": "The answer."}}},
+}
+
+
+@pytest.mark.parametrize("mode", ["json", "buffer"])
+def test_request_echoes_go_out_as_the_client_sent_them(
+    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream], mode: Mode
+) -> None:
+    """The positive control of the echo plants: an echo equal to the request is released as
+    it is, and one the upstream changed carries the client's own value instead."""
+    b = body(GOOD)
+    b.update(json.loads(json.dumps(ECHO)))
+    b["instructions"] = RESPONSES.request(QUESTION, False)["instructions"]
+    req = request(QUESTION, mode != "json", **ECHO)
+    resp = run_case(gateway, upstream, RESPONSES, mode, _behaviour(b, mode), request=req)
+    assert resp.status == 200, resp.raw[:800]
+    assert resp.header("x-citewarden-decision") == "released", resp.body[:800]
+    final = _final(resp, mode)
+    assert {k: final[k] for k in ECHO} == ECHO
+    assert final["instructions"] == req["instructions"]
+    b["metadata"] = {"tenant": f"{MARKER} corp"}
+    resp = run_case(gateway, upstream, RESPONSES, mode, _behaviour(b, mode), request=req)
+    assert_no_leak(resp)
+    assert _final(resp, mode)["metadata"] == ECHO["metadata"]
