@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.demo import wire
 from tests import bedrock_wire as w
-from tests.attacks.harness import EVENTSTREAM, RawResponse, eventstream_messages
+from tests.attacks.harness import EVENTSTREAM, MARKER, RawResponse, eventstream_messages
 from tests.attacks.protocols import (
     BAD,
     BIG_INT,
@@ -68,7 +68,7 @@ def events(content: list[Json], stop: str = "end_turn") -> list[Event]:
                 cc = block["citationsContent"]
                 for c in cc["citations"]:
                     delta({"citation": c})
-                text = "".join(p["text"] for p in cc["content"])
+                text = "".join(p["text"] for p in cc.get("content", []))
             for piece in wire.split_fixed(str(text), PIECE):
                 delta({"text": piece})
         elif "toolUse" in block:
@@ -275,6 +275,16 @@ def plants() -> dict[str, Plant]:
         "citation-location-unknown-key": _cited(CLAIM, {
             **_citation(), "location": {"documentChar": {
                 "documentIndex": 0, "start": 0, "end": len(CHUNK_TEXT), "x_note": BAD}}}),
+        "citation-on-empty-text": _blocks({"text": GOOD}, w.cited("", _citation(cited=BAD)),
+                                          request=with_document),
+        "citation-beside-no-content": _blocks({"text": GOOD}, {"citationsContent": {
+            "citations": [_citation(cited=BAD)]}}, request=with_document),
+        "error-type-header-prose": Plant(
+            json=lambda: {"message": "refused"}, stream=lambda: {"message": "refused"},
+            status=400, headers={"x-amzn-errortype": f"{MARKER}Exception:http://x/"}),
+        "error-envelope-type-field": Plant(
+            json=lambda: {"message": "refused", "__type": BAD, "Message": BAD},
+            stream=lambda: {"message": "refused", "__type": BAD}, status=400),
         # -- stream only: event-stream frames ---------------------------------------------
         "unknown-event-type": Plant(stream=_insert(-2, w.event("x-debug", {"note": BAD}))),
         "unknown-event-type-text-shaped": Plant(stream=_insert(-2, w.event(

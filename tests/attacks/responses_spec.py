@@ -201,6 +201,13 @@ def plants() -> dict[str, Plant]:
     out: dict[str, Plant] = {
         "content-hallucinated": _of_body(lambda: body(bad_text)),
         "second-message-item": _items(rw.message_item(BAD, id="msg_2")),
+        "second-text-part": _mut(lambda b: _msg(b)["content"].append(
+            {"type": "output_text", "text": f" {BAD}", "annotations": [], "logprobs": []})),
+        "error-4xx-nested-extra-field": Plant(
+            json=lambda: {"error": {**rw.response_error("refused")["error"],
+                                    "x_note": BAD, "param": BAD, "code": BAD}},
+            stream=lambda: {"error": {**rw.response_error("refused")["error"], "x_note": BAD}},
+            status=400),
         "refusal-part": _mut(lambda b: _msg(b)["content"].append(
             {"type": "refusal", "refusal": BAD})),
         "top-level-unknown-key": _mut(lambda b: b.__setitem__("x_trace", BAD)),

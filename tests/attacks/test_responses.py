@@ -178,3 +178,17 @@ def test_request_echoes_go_out_as_the_client_sent_them(
     resp = run_case(gateway, upstream, RESPONSES, mode, _behaviour(b, mode), request=req)
     assert_no_leak(resp)
     assert _final(resp, mode)["metadata"] == ECHO["metadata"]
+
+
+def test_stored_response_streamed_is_never_relayed_unverified(
+    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream]
+) -> None:
+    """`GET /v1/responses/{id}?stream=true` replays a stored response as events: the gateway
+    verifies it or fails closed, never relays it as it came."""
+    _, up = upstream
+    up.on("stored-sse", Stream(framed(events(body(f"{GOOD} {BAD}"))), max_piece=256, delay=0.0))
+    resp = gateway.send("GET", f"/v1/responses/{ID}?stream=true",
+                        headers=[(SCENARIO_HEADER, "stored-sse")])
+    assert [r.header(SCENARIO_HEADER) for r in up.requests[-1:]] == ["stored-sse"]
+    assert resp.status != 500, resp.raw[:800]
+    assert_no_leak(resp)
