@@ -131,3 +131,16 @@ def boto_parse(body: Json) -> Json:
     parsed: Json = parser.parse(response, shape)
     assert parsed["output"]["message"]["content"] is not None
     return parsed
+
+
+def raw_event(name: str, payload: bytes | str, **headers: str) -> bytes:
+    """An event message whose payload goes out as given (not necessarily JSON, nor UTF-8),
+    with extra headers beside the protocol's own."""
+    data = payload.encode() if isinstance(payload, str) else payload
+    base = {":event-type": name, ":content-type": "application/json", ":message-type": "event"}
+    return encode_message({**base, **headers}, data)
+
+
+def message(headers: dict[str, str], payload: bytes = b"") -> bytes:
+    """A message with exactly these headers (an error message, an unknown message type)."""
+    return encode_message(headers, payload)

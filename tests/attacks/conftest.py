@@ -8,6 +8,7 @@ users reach the gateway directly.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -16,7 +17,14 @@ import pytest
 
 from tests.attacks.harness import POLICIES, GatewayProcess, RawResponse, running_gateway
 from tests.attacks.protocols import QUESTION, Mode, ProtocolSpec
-from tests.upstream_app import SCENARIO_HEADER, Behaviour, FakeUpstream, create_upstream, serve
+from tests.upstream_app import (
+    SCENARIO_HEADER,
+    Behaviour,
+    FakeUpstream,
+    Stream,
+    create_upstream,
+    serve,
+)
 
 SIGNING_KEY = b"attacks-signing-key-0123456789"
 SIGNING_ENV = "ATTACKS_CONTEXT_KEY"
@@ -67,6 +75,8 @@ def run_case(
     _, up = upstream
     key = f"attack-{next(_cases)}"
     up.on(key, behaviour)
+    if isinstance(behaviour, Stream) and spec.stream_content_type is not None:
+        behaviour = dataclasses.replace(behaviour, content_type=spec.stream_content_type)
     req = request if request is not None else spec.request(QUESTION, mode != "json")
     hdrs = [(SCENARIO_HEADER, key), *headers]
     if mode == "progressive":

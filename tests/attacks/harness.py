@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -189,8 +190,52 @@ def _json_strings(value: Any, out: list[str]) -> None:
             _json_strings(v, out)
 
 
-def _documents(body: bytes) -> list[Any]:
+EVENTSTREAM = "application/vnd.amazon.eventstream"
+
+
+def eventstream_messages(body: bytes) -> list[tuple[dict[str, str], bytes]]:
+    """The (headers, payload) of each AWS event-stream message in `body`, read leniently (no
+    CRC check, a short tail ignored) and independently of the gateway's own decoder. Header
+    values that are not strings are shown as their repr."""
+    out: list[tuple[dict[str, str], bytes]] = []
+    i = 0
+    while i + 16 <= len(body):
+        total, hlen = struct.unpack_from(">II", body, i)
+        if total < 16 or i + total > len(body) or hlen > total - 16:
+            break
+        headers: dict[str, str] = {}
+        h, end = i + 12, i + 12 + hlen
+        while h < end:
+            n = body[h]
+            name = body[h + 1 : h + 1 + n].decode("utf-8", "replace")
+            h += 1 + n
+            kind = body[h]
+            h += 1
+            fixed = {0: 0, 1: 0, 2: 1, 3: 2, 4: 4, 5: 8, 8: 8, 9: 16}
+            if kind in (6, 7):
+                (size,) = struct.unpack_from(">H", body, h)
+                raw = body[h + 2 : h + 2 + size]
+                headers[name] = raw.decode("utf-8", "replace") if kind == 7 else repr(raw)
+                h += 2 + size
+            elif kind in fixed:
+                headers[name] = repr(body[h : h + fixed[kind]])
+                h += fixed[kind]
+            else:
+                break
+        out.append((headers, body[end : i + total - 4]))
+        i += total
+    return out
+
+
+def _documents(body: bytes, content_type: str = "") -> list[Any]:
     docs: list[Any] = []
+    if EVENTSTREAM in content_type:
+        # Each message's headers (a JSON-like object) and its payload as JSON where it is.
+        for headers, payload in eventstream_messages(body):
+            docs.append(headers)
+            with contextlib.suppress(ValueError):
+                docs.append(json.loads(payload.decode("utf-8", "replace")))
+        return docs
     text = body.decode("utf-8", "replace")
     with contextlib.suppress(ValueError):
         docs.append(json.loads(text))
@@ -216,7 +261,7 @@ def leaks(response: RawResponse, marker: str = MARKER) -> list[str]:
         found.append("raw bytes")
     if m in response.body.decode("utf-8", "replace").lower():
         found.append("decoded body")
-    docs = _documents(response.body)
+    docs = _documents(response.body, response.header("content-type") or "")
     for doc in docs:
         strings: list[str] = []
         _json_strings(doc, strings)

@@ -12,6 +12,7 @@ checking) are built for every protocol from the spec's own builders, so adding a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -51,6 +52,11 @@ PLANTED_ID = "doc:9"
 PLANTED_TEXT = f"The Orbit pump was designed by {MARKER} in 1931."
 PLANTED_TAG = f'<chunk id="{PLANTED_ID}">{PLANTED_TEXT}</chunk>'
 PLANTED_ANSWER = f"{PLANTED_TEXT[:-1]} [{PLANTED_ID}]."
+
+
+BIG_INT = ', "x_big": 12345678901234567890123'
+"""A 23-digit integer: orjson cannot re-encode it, so the duplicate-key check takes its
+fallback path for the object that holds it."""
 
 
 def sign(key: bytes, chunk_id: str, version: str | None, text: str) -> str:
@@ -112,10 +118,26 @@ class ProtocolSpec:
         "openai-chat"
     )
     stream_path: str | None = None  # where a stream is asked for, when the path says so
+    stream_content_type: str | None = None  # the upstream stream's, when it is not SSE
+    stream_text_key: str | None = None  # the key text deltas sit under, when not `text_key`
+    # Stream builders that replace a generic plant's (by name) where the generic one edits SSE
+    # text and the protocol's stream is not SSE.
+    stream_overrides: Mapping[str, Callable[[], list[bytes] | bytes]] = field(
+        default_factory=dict
+    )
+
+    # Cases that do not depend on how a stream is buffered (claim segmentation, context
+    # places, foreign error bodies) run in these modes only; None: in every mode.
+    spot_modes: tuple[Mode, ...] | None = None
 
     @property
     def modes(self) -> tuple[Mode, ...]:
         return MODES if self.streams else ("json",)
+
+    @property
+    def mode_free(self) -> tuple[Mode, ...]:
+        """The modes a case that does not depend on the streaming mode runs in."""
+        return self.spot_modes or self.modes
 
     def good(self, text: str) -> Plant:
         frames = self.frames
@@ -1075,7 +1097,9 @@ RAG = ProtocolSpec(
     error_protocol="rag-json",
 )
 
-from tests.attacks.cohere_spec import COHERE  # noqa: E402  (it builds on the names above)
+from tests.attacks.bedrock_spec import BEDROCK  # noqa: E402  (it builds on the names above)
+from tests.attacks.cohere_spec import COHERE  # noqa: E402  (the same)
+from tests.attacks.responses_spec import RESPONSES  # noqa: E402  (the same)
 
 GEMINI = gemini_spec.spec(
     ProtocolSpec, Plant, context=CONTEXT_TAG, planted=PLANTED_TAG, good=GOOD, bad=BAD,
@@ -1083,7 +1107,7 @@ GEMINI = gemini_spec.spec(
 )
 
 REGISTRY: dict[str, ProtocolSpec] = {
-    s.name: s for s in (OPENAI, ANTHROPIC, RAG, COHERE, GEMINI)
+    s.name: s for s in (OPENAI, ANTHROPIC, RAG, COHERE, GEMINI, RESPONSES, BEDROCK)
 }
 """Adding a protocol to the matrix is one entry here."""
 
@@ -1105,31 +1129,34 @@ PLANTED_HEADERS = {
 }
 
 
-def _dup_text(spec: ProtocolSpec, reverse: bool) -> Callable[[], bytes]:
+def _dup_text(spec: ProtocolSpec, reverse: bool, extra: str = "") -> Callable[[], bytes]:
     def build() -> bytes:
         raw = json.dumps(spec.body(GOOD))
         needle = f'"{spec.text_key}": {json.dumps(GOOD)}'
         assert needle in raw, (needle, raw)
         evil = f'"{spec.text_key}": {json.dumps(BAD)}'
         return raw.replace(
-            needle, f"{evil}, {needle}" if reverse else f"{needle}, {evil}", 1
+            needle, (f"{evil}, {needle}" if reverse else f"{needle}, {evil}") + extra, 1
         ).encode()
 
     return build
 
 
-def _dup_stream(spec: ProtocolSpec, reverse: bool) -> Callable[[], bytes] | None:
+def _dup_stream(
+    spec: ProtocolSpec, reverse: bool, extra: str = ""
+) -> Callable[[], bytes] | None:
     frames = spec.frames
     if frames is None:
         return None
 
     def build() -> bytes:
         raw = b"".join(frames(GOOD)).decode()
-        needle = f'"{spec.text_key}": {json.dumps(GOOD[:PIECE])}'
+        key = spec.stream_text_key or spec.text_key
+        needle = f'"{key}": {json.dumps(GOOD[:PIECE])}'
         assert needle in raw, (needle, raw)
-        evil = f'"{spec.text_key}": {json.dumps(BAD)}'
+        evil = f'"{key}": {json.dumps(BAD)}'
         return raw.replace(
-            needle, f"{evil}, {needle}" if reverse else f"{needle}, {evil}", 1
+            needle, (f"{evil}, {needle}" if reverse else f"{needle}, {evil}") + extra, 1
         ).encode()
 
     return build
@@ -1213,7 +1240,14 @@ def generic_plants(spec: ProtocolSpec) -> dict[str, Plant]:
         "duplicate-key-top-level": Plant(
             json=_dup_top(spec), stream=_dup_top_stream(spec), fail_closed=True
         ),
+        "duplicate-key-beside-big-integer": Plant(
+            json=_dup_text(spec, False, BIG_INT),
+            stream=_dup_stream(spec, False, BIG_INT),
+            fail_closed=True,
+        ),
     }
+    for name, stream in spec.stream_overrides.items():
+        plants[name] = dataclasses.replace(plants[name], stream=stream)
     return plants
 
 

@@ -17,6 +17,7 @@ from tests.attacks.harness import (
     GatewayProcess,
     RawResponse,
     assert_no_leak,
+    eventstream_messages,
     leaks,
     parse_response,
 )
@@ -47,6 +48,10 @@ def _cases() -> list[Any]:
 
 
 def _clean_end(spec: ProtocolSpec, resp: RawResponse) -> bool:
+    if spec.name == "bedrock-converse":  # a binary event-stream, not SSE
+        kinds = [h.get(":event-type") or h.get(":message-type") for h, _ in
+                 eventstream_messages(resp.body)]
+        return "messageStop" in kinds and not {"exception", "error"} & set(kinds)
     events = sse_events(resp.body)
     if spec.name == "openai-chat":
         return any(data.strip() == "[DONE]" for _, data in events)
@@ -54,6 +59,11 @@ def _clean_end(spec: ProtocolSpec, resp: RawResponse) -> bool:
         return any(name == "message_stop" for name, _ in events)
     if spec.name == "cohere-chat":
         return any(name == "message-end" and '"ERROR"' not in data for name, data in events)
+    if spec.name == "openai-responses":
+        names = {name for name, _ in events}
+        return bool(names & {"response.completed", "response.incomplete"}) and not (
+            names & {"error", "response.failed"}
+        )
     if spec.name == "gemini":  # no terminal event: a clean end is one without an error chunk
         return resp.status < 300 and not any('"error"' in data[:12] for _, data in events)
     return resp.status < 300
@@ -101,7 +111,7 @@ def _non_envelope_cases() -> list[Any]:
     return [
         pytest.param(spec, mode, name, id=f"{spec.name}-{mode}-{name}")
         for spec in REGISTRY.values()
-        for mode in spec.modes
+        for mode in spec.mode_free
         for name in HTML_ERRORS
     ]
 

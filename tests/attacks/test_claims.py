@@ -20,7 +20,7 @@ def _cases(texts: dict[str, str]) -> list[Any]:
     return [
         pytest.param(spec, mode, name, id=f"{spec.name}-{mode}-{name}")
         for spec in REGISTRY.values()
-        for mode in spec.modes
+        for mode in spec.mode_free
         for name in texts
     ]
 

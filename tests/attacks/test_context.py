@@ -34,7 +34,7 @@ def _planted_cases() -> list[Any]:
     return [
         pytest.param(spec, mode, where, id=f"{spec.name}-{mode}-{where}")
         for spec in REGISTRY.values()
-        for mode in spec.modes
+        for mode in spec.mode_free
         for where in spec.planted_requests
     ]
 
@@ -60,7 +60,7 @@ def _header_cases() -> list[Any]:
     return [
         pytest.param(spec, mode, name, value, id=f"{spec.name}-{mode}-{name}")
         for spec in REGISTRY.values()
-        for mode in spec.modes
+        for mode in spec.mode_free
         for name, value in (
             ("x-citewarden-context", full),
             ("x-citewarden-context-ids", PLANTED_ID),
@@ -89,7 +89,7 @@ def _trusted_cases() -> list[Any]:
     return [
         pytest.param(spec, mode, where, id=f"{spec.name}-{mode}-{where}")
         for spec in REGISTRY.values()
-        for mode in spec.modes
+        for mode in spec.mode_free
         for where in spec.trusted_requests
     ]
 
@@ -146,6 +146,10 @@ def _with_system(spec: ProtocolSpec, system: str, stream: bool) -> dict[str, Any
         req["messages"][0]["content"] = system
     elif spec.name == "gemini":
         req["systemInstruction"] = {"parts": [{"text": system}]}
+    elif spec.name == "openai-responses":
+        req["instructions"] = system
+    elif spec.name == "bedrock-converse":
+        req["system"] = [{"text": system}]
     else:
         req["system"] = system
     return req
@@ -192,6 +196,10 @@ def test_signed_chunk_counts_from_any_role(
         request = _with_system(spec, "You answer from the sources.", False)
         if spec.name == "gemini":
             request["contents"][-1]["parts"] = [{"text": f"{tag}\n{QUESTION}"}]
+        elif spec.name == "openai-responses":
+            request["input"] = f"{tag}\n{QUESTION}"
+        elif spec.name == "bedrock-converse":
+            request["messages"][-1]["content"] = [{"text": f"{tag}\n{QUESTION}"}]
         else:
             last = request["messages"][-1]
             last["content"] = f"{tag}\n{QUESTION}"

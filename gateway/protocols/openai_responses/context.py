@@ -29,9 +29,11 @@ from gateway.types import Chunk, ContextSet
 
 __all__ = [
     "RESULTS_INCLUDE",
+    "client_request",
     "client_wants_results",
     "file_search_chunks",
     "forward_body",
+    "remember_request",
     "request_context",
     "response_context",
     "set_client_wants_results",
@@ -45,6 +47,33 @@ _TOOL_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 _CLIENT_RESULTS: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "citewarden_responses_client_results", default=False
 )
+
+
+# The body this exchange's client sent (raw; parsed when an echo needs comparing): a
+# response's echoes of the request (`instructions`, `tools`, …) go out only as the client sent
+# them. None: no request body (a stored response's GET, or no exchange at all).
+_REQUEST: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+    "citewarden_responses_request", default=None
+)
+
+
+def remember_request(raw: bytes) -> None:
+    _REQUEST.set([raw, None])
+
+
+def client_request() -> Mapping[str, Any]:
+    """The JSON object this exchange's client sent; empty when there was none."""
+    held = _REQUEST.get()
+    if held is None:
+        return {}
+    if held[1] is None:
+        try:
+            value = orjson.loads(held[0]) if held[0].strip() else {}
+        except orjson.JSONDecodeError:
+            value = {}
+        held[1] = value if isinstance(value, dict) else {}
+    parsed: Mapping[str, Any] = held[1]
+    return parsed
 
 
 def client_wants_results() -> bool:
@@ -135,11 +164,15 @@ def file_search_chunks(body: Mapping[str, object]) -> list[Chunk]:
 def response_context(
     body: object, ctx: ContextSet, pattern: re.Pattern[str] | None, trust: Trust = DEFAULT_TRUST
 ) -> None:
-    """File-search results and the echoed instructions of a response object (the echo is
-    what the client sent: it counts as the request's instructions would, signing included)."""
+    """File-search results, and the echoed instructions of a response fetched without a
+    request body (a stored response's GET): all it says of its prompt, counted as the
+    request's instructions would be, signing included. With a request, only the request's
+    instructions count: an echo that differs from them is the upstream's, not context."""
     if not isinstance(body, Mapping):
         return
     ctx.extend(file_search_chunks(body))
+    if client_request():
+        return  # the request's own instructions were read; the upstream's echo adds nothing
     instructions = body.get("instructions")
     if isinstance(instructions, str):
         read_tags(ctx, instructions, pattern, trust, True)
@@ -159,6 +192,7 @@ def forward_body(raw: bytes, path_qs: str, spec: Any, *, shadow: bool = False) -
     `include: ["file_search_call.results"]` added — except in shadow mode, which forwards the
     upstream's answer as it is and so must not change what the upstream answers. A body that
     is not a JSON object is forwarded as is (the upstream answers it)."""
+    remember_request(raw)
     if not raw.strip():
         set_client_wants_results(_query_includes(path_qs))
         return raw

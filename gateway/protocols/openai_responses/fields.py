@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 
 __all__ = [
     "ANNOTATION_KEYS",
+    "ECHOES",
     "ITEM_KEYS",
     "PART_KEYS",
     "TOP_KEYS",
@@ -17,7 +18,11 @@ __all__ = [
 ]
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.:@/+=\-]{1,256}")
-_FILENAME = re.compile(r"[^\x00-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069]{1,255}")
+# A file's name: one path segment, no whitespace, no citation brackets, no control or
+# invisible characters. Anything else (a sentence) is text nobody verifies: blanked like a title.
+_FILENAME = re.compile(
+    r"[^\s\x00-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069/\\\[\]]{1,255}"
+)
 _URL = re.compile(r"https?://[^\s\x00-\x1f\x7f]{1,2048}")
 
 
@@ -82,7 +87,7 @@ def _status(v: object) -> bool:
 
 
 # Top-level fields of a Response object. Echoes of the client's own request (instructions,
-# tools, text format, metadata, …) are not model output and are kept as sent.
+# tools, text format, metadata, …) are decided against the request (ECHOES).
 TOP_KEYS: dict[str, Callable[[object], bool]] = {
     "id": _token,
     "object": lambda v: v == "response",
@@ -117,6 +122,43 @@ TOP_KEYS: dict[str, Callable[[object], bool]] = {
     "usage": _numbers_tree,
     "user": _opt_token,
     "metadata": _opt_obj,
+}
+
+def _config_text(v: object) -> bool:
+    """`text` as the API echoes a plain-text or JSON-mode request: no schema, no prose."""
+    if v is None:
+        return True
+    if not isinstance(v, Mapping) or not set(v) <= {"format", "verbosity"}:
+        return False
+    fmt = v.get("format")
+    return _opt_token(v.get("verbosity")) and fmt in (None, {"type": "text"},
+                                                      {"type": "json_object"})
+
+
+def _config_reasoning(v: object) -> bool:
+    return v is None or (
+        isinstance(v, Mapping)
+        and set(v) <= {"effort", "summary", "generate_summary"}
+        and all(_opt_token(x) for x in v.values())
+    )
+
+
+def _conversation(v: object) -> bool:
+    return v is None or (isinstance(v, Mapping) and set(v) <= {"id"} and _token(v.get("id")))
+
+
+# The request's fields a response echoes. The upstream writes the echo, so it goes out only
+# when it is the client's own value (what the request said) or a bare setting of no text; else
+# the response carries the request's value, or the API's default when the request had none.
+ECHOES: dict[str, tuple[Callable[[object], bool], object]] = {
+    "instructions": (lambda v: v is None, None),
+    "tools": (lambda v: v is None or v == [], []),
+    "tool_choice": (_opt_token, "auto"),
+    "text": (_config_text, {"format": {"type": "text"}}),
+    "reasoning": (_config_reasoning, {"effort": None, "summary": None}),
+    "prompt": (lambda v: v is None, None),
+    "conversation": (_conversation, None),
+    "metadata": (lambda v: v is None or v == {}, {}),
 }
 
 # Known keys per output item type; the text-bearing ones are channels (parse.py).

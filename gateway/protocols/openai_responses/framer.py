@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.protocols.base import Framer
-from gateway.protocols.openai_responses.parse import parse_body
+from gateway.protocols.openai_responses.fields import ITEM_KEYS, ITEM_SHAPES, shape_ok
+from gateway.protocols.openai_responses.parse import parse_body, top_unknown
 from gateway.protocols.openai_responses.render import (
     Events,
     head_of,
@@ -32,6 +33,19 @@ from gateway.types import Claim
 __all__ = ["ResponsesFramer"]
 
 Json = dict[str, Any]
+
+
+def _known_head(resp: Mapping[str, Any]) -> Json:
+    """The fields of a response head that go out before the answer is judged: known ones of
+    their expected shape, echoes only as the client sent them (the final
+    `response.completed` carries what the policy allows)."""
+    bad = {path[0] for path in top_unknown(resp)}
+    return {k: v for k, v in resp.items() if k not in bad}
+
+
+def _known_item(item: Mapping[str, Any]) -> Json:
+    keys = ITEM_KEYS.get(str(item.get("type")), frozenset())
+    return {k: v for k, v in item.items() if k in keys and shape_ok(ITEM_SHAPES, k, v)}
 
 
 def _identity(item: Mapping[str, Any]) -> tuple[object, ...]:
@@ -90,13 +104,13 @@ class ResponsesFramer(Framer):
         etype = data.get("type")
         if etype == "response.created" and self.head is None:
             resp = data.get("response")
-            self.head = resp if isinstance(resp, dict) else None
+            self.head = _known_head(resp) if isinstance(resp, dict) else None
         elif etype == "response.output_item.added":
             item, i = data.get("item"), data.get("output_index")
             if isinstance(item, dict) and isinstance(i, int):
                 self.indices.setdefault(_identity(item), i)
                 if self.primary is None and item.get("type") == "message":
-                    self.primary_item = item
+                    self.primary_item = _known_item(item)
         elif etype == "response.content_part.added" and self.primary is None:
             part, i, j = data.get("part"), data.get("output_index"), data.get("content_index")
             item = self.primary_item

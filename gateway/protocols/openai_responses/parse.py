@@ -14,9 +14,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from gateway.errors import ProtocolError
+from gateway.protocols.openai_responses.context import client_request
 from gateway.protocols.openai_responses.fields import (
     ANNOTATION_KEYS,
     ANNOTATION_SHAPES,
+    ECHOES,
     ITEM_KEYS,
     ITEM_SHAPES,
     PART_KEYS,
@@ -25,7 +27,15 @@ from gateway.protocols.openai_responses.fields import (
 )
 from gateway.types import Answer, Channel, Citation
 
-__all__ = ["NAME", "TEXT", "cited_position", "parse_body", "text_parts"]
+__all__ = [
+    "NAME",
+    "TEXT",
+    "annotation_unknown",
+    "cited_position",
+    "parse_body",
+    "text_parts",
+    "top_unknown",
+]
 
 NAME = "openai-responses"
 TEXT = "output_text"  # first element of an output_text channel's path
@@ -69,6 +79,24 @@ def _citation(cid: object, key: str) -> Citation:
     return Citation(id=str(shown), raw=str(shown), malformed=f"annotation {key} has a bad shape")
 
 
+def annotation_unknown(
+    ann: Mapping[str, object], apath: tuple[str | int, ...]
+) -> list[tuple[str | int, ...]]:
+    """The paths of an annotation that do not go out as they are: the whole annotation when
+    its type is unknown, else its unknown keys, its `title` (web page text) and a `filename`
+    that is not shaped like one."""
+    known = ANNOTATION_KEYS.get(str(ann.get("type")))
+    if known is None:
+        return [apath]
+    out: list[tuple[str | int, ...]] = []
+    for key, value in ann.items():
+        if key not in known or key == "title" or (
+            key == "filename" and not shape_ok(ANNOTATION_SHAPES, key, value)
+        ):
+            out.append((*apath, key))
+    return out
+
+
 def annotation_spans(
     text: str,
     annotations: object,
@@ -88,17 +116,9 @@ def annotation_spans(
             raise ProtocolError("openai-responses: annotation without a type")
         atype = str(ann["type"])
         apath = (*where, "annotations", k)
-        known = ANNOTATION_KEYS.get(atype)
-        if known is None:
-            unknown.append(apath)
+        unknown.extend(annotation_unknown(ann, apath))
+        if atype not in ANNOTATION_KEYS:
             continue
-        for key, value in ann.items():
-            if key not in known:
-                unknown.append((*apath, key))
-            elif key == "title":
-                unknown.append((*apath, key))  # web page text: withheld unless allowed
-            elif key == "filename" and not shape_ok(ANNOTATION_SHAPES, key, value):
-                unknown.append((*apath, key))
         if atype in ("url_citation", "container_file_citation"):
             s, e = _int(ann.get("start_index")), _int(ann.get("end_index"))
             if s is None or e is None or not 0 <= s <= e <= n:
@@ -114,6 +134,27 @@ def annotation_spans(
                 if k_end > 0:
                     spans.append((k_end - 1, k_end, _citation(ann.get("file_id"), "file_id")))
     return spans
+
+
+_ABSENT = object()
+
+
+def top_unknown(body: Mapping[str, object]) -> list[tuple[str | int, ...]]:
+    """Top-level fields that do not go out as they are: unknown, of the wrong shape, or an echo
+    of the request that is neither a bare setting nor what this exchange's client sent."""
+    out: list[tuple[str | int, ...]] = []
+    request: Mapping[str, object] | None = None
+    for key, value in body.items():
+        if key not in TOP_KEYS or not TOP_KEYS[key](value):
+            out.append((key,))
+            continue
+        echo = ECHOES.get(key)
+        if echo is not None and not echo[0](value):
+            if request is None:
+                request = client_request()
+            if request.get(key, _ABSENT) != value:
+                out.append((key,))
+    return out
 
 
 def _str(value: object, what: str) -> str:
@@ -154,9 +195,7 @@ def parse_body(body: Mapping[str, object]) -> Answer:
         raise ProtocolError("openai-responses: output is not a list")
     answer = Answer(protocol=NAME, body=dict(body), usage=_usage(body))
     unknown = answer.unknown_fields
-    for key, value in body.items():
-        if key not in TOP_KEYS or not TOP_KEYS[key](value):
-            unknown.append((key,))
+    unknown.extend(top_unknown(body))
     n_text = 0
     for i, item, itype in _items(output):
         known = ITEM_KEYS.get(itype)

@@ -14,8 +14,13 @@ from typing import Any
 
 from gateway.policy import Policy
 from gateway.protocols.base import field_allowed, leaks, rebuild_with_map, split_claims
-from gateway.protocols.openai_responses.context import client_wants_results
-from gateway.protocols.openai_responses.fields import ANNOTATION_KEYS
+from gateway.protocols.openai_responses.context import client_request, client_wants_results
+from gateway.protocols.openai_responses.fields import (
+    ANNOTATION_KEYS,
+    ANNOTATION_SHAPES,
+    ECHOES,
+    shape_ok,
+)
 from gateway.protocols.openai_responses.parse import TEXT, cited_position, text_parts
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Claim, Outcome
@@ -127,12 +132,22 @@ def released_body(
         if len(path) == 2 and path[0] == "output":
             gone.add(int(path[1]))
             continue
+        if len(path) == 1 and path[0] in ECHOES:
+            # The client's own value stands in for the upstream's echo (the SDK expects it).
+            key = str(path[0])
+            request = client_request()
+            body[key] = copy.deepcopy(request[key] if key in request else ECHOES[key][1])
+            continue
         node: Any = body
         for p in path[:-1]:
             node = node[p]
         last = path[-1]
-        if last == "title" and isinstance(node, dict) and node.get("type") == "url_citation":
-            node["title"] = ""  # the annotation keeps its shape; the page's words do not go out
+        if (
+            last in ("title", "filename")
+            and isinstance(node, dict)
+            and node.get("type") in ANNOTATION_KEYS
+        ):
+            node[last] = ""  # the annotation keeps its shape; the words do not go out
         elif isinstance(node, dict):
             node.pop(last, None)
         elif isinstance(node, list) and isinstance(last, int):
@@ -202,6 +217,8 @@ def remap_annotations(
         ann = {k: v for k, v in raw.items() if k in known}
         if "title" in ann and not keep_title:
             ann["title"] = ""
+        if "filename" in ann and not shape_ok(ANNOTATION_SHAPES, "filename", ann["filename"]):
+            ann["filename"] = ""
         if "start_index" in ann:
             s, e = ann.get("start_index"), ann.get("end_index")
             if not isinstance(s, int) or not isinstance(e, int):

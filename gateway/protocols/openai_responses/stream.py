@@ -13,13 +13,20 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.errors import ProtocolError
 from gateway.protocols.base import StreamParser, TextDelta, channel_key
 from gateway.protocols.openai_responses.context import file_search_chunks
-from gateway.protocols.openai_responses.parse import TEXT, annotation_spans, parse_body
+from gateway.protocols.openai_responses.fields import ITEM_SHAPES, shape_ok
+from gateway.protocols.openai_responses.parse import (
+    TEXT,
+    annotation_spans,
+    annotation_unknown,
+    parse_body,
+    top_unknown,
+)
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Citation, ContextSet
 
@@ -66,6 +73,71 @@ EVENT_KEYS: dict[str, frozenset[str]] = {
     }.items()
 }
 TERMINAL = frozenset({"response.completed", "response.incomplete"})
+_HEADS = frozenset({"response.created", "response.in_progress", "response.queued"})
+
+
+def _nonneg_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _token(v: object) -> bool:
+    return isinstance(v, str) and shape_ok(ITEM_SHAPES, "id", v)
+
+
+# Event fields relayed as they are when a stream goes out as the upstream's bytes: kept only
+# with their expected shape. Text-bearing fields (`delta`, `text`, …) are checked against the
+# assembled answer instead, and payload objects (`response`, `item`, `part`, `annotation`) by
+# the body's field table (`_residue`).
+_EVENT_SHAPES: dict[str, Callable[[object], bool]] = {
+    "sequence_number": _nonneg_int,
+    "output_index": _nonneg_int,
+    "content_index": _nonneg_int,
+    "summary_index": _nonneg_int,
+    "annotation_index": _nonneg_int,
+    "item_id": _token,
+    "obfuscation": _token,  # the service's random padding: a short token, never prose
+    "name": _token,
+    # Token logprobs streamed beside the deltas are not checked against the text here: a
+    # stream that carries any is re-rendered from the answer's verified logprobs.
+    "logprobs": lambda v: v is None or v == [],
+}
+
+
+def _unknown_in(output_item: Mapping[str, Any]) -> list[tuple[str | int, ...]]:
+    """What the body's field table would not relay of one output item."""
+    return parse_body({"object": "response", "output": [output_item]}).unknown_fields
+
+
+def _residue(etype: str, data: Mapping[str, Any]) -> list[tuple[str | int, ...]]:
+    """The fields of an event's payload object that would not go out in a re-rendered stream
+    (the response head, an output item, a content or summary part, an annotation). The
+    terminal event's response is the answer itself, parsed whole at the end."""
+    if etype in _HEADS:
+        resp = data.get("response")
+        if not isinstance(resp, Mapping):
+            return []
+        out = top_unknown(resp)
+        if resp.get("output"):  # the head announces no output: items come as their events
+            out.append(("output",))
+        return out
+    if etype in TERMINAL:
+        return []
+    if isinstance(data.get("item"), Mapping):
+        return _unknown_in(data["item"])
+    part = data.get("part")
+    if isinstance(part, Mapping):
+        if etype.startswith("response.reasoning_summary_part."):
+            return _unknown_in({"type": "reasoning", "id": "rs", "summary": [part]})
+        return _unknown_in({"type": "message", "id": "msg", "role": "assistant",
+                            "content": [part]})
+    ann = data.get("annotation")
+    if isinstance(ann, Mapping):
+        return annotation_unknown(ann, ("annotation",))
+    return []
+
+
+def _any(v: object) -> bool:
+    return True
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> Json:
@@ -144,8 +216,9 @@ class ResponsesStreamParser(StreamParser):
             self._unknown.append(("stream", etype))
             return []
         for key, value in data.items():
-            if key not in known or (key == "obfuscation" and not isinstance(value, str)):
+            if key not in known or not _EVENT_SHAPES.get(key, _any)(value):
                 self._unknown.append(("stream", etype, key))
+        self._unknown.extend(("stream", etype, *path) for path in _residue(etype, data))
         if event.id is not None or event.retry is not None:
             self._unknown.append(("stream", etype, "id" if event.id is not None else "retry"))
         if self._head is None and etype != "response.created":
