@@ -31,6 +31,8 @@ ROUTES = {
     "rag-json": "kb",
     "cohere-chat": "cohere",
     "gemini": "gemini",
+    "openai-responses": "responses",
+    "bedrock-converse": "bedrock",
 }
 _LOADED: list[LoadedPolicy] = []
 
@@ -44,7 +46,10 @@ def _pipeline(protocol: str) -> RoutePipeline:
 
 
 SPECS = list(REGISTRY)
-STREAM_SPECS = [name for name, s in REGISTRY.items() if s.frames is not None]
+# SSE streams only: Bedrock's binary event-streams are fuzzed by tests/test_bedrock_fuzz.py.
+STREAM_SPECS = [
+    name for name, s in REGISTRY.items() if s.frames is not None and s.stream_content_type is None
+]
 
 KEYS = [
     "content", "text", "refusal", "reasoning_content", "reasoning", "reasoning_details",

@@ -361,3 +361,25 @@ def test_tool_calls_withheld_by_policy() -> None:
     rewrite, out = _released(body, policy)
     assert rewrite
     assert [i["type"] for i in out["output"]] == ["reasoning", "message"]
+
+
+@pytest.mark.parametrize(
+    ("sent", "counts"),
+    [(None, True), (b"", True), (b"  ", True), (b"{}", False), (b'{"input": "q"}', False)],
+)
+def test_an_echoed_instruction_is_context_only_without_a_request_body(
+    sent: bytes | None, counts: bool
+) -> None:
+    """A stored response's GET has nothing but the echo to say what the prompt was; after any
+    request body, even `{}`, the echo is the upstream's word and plants nothing."""
+    import contextvars
+
+    def run() -> list[str]:
+        if sent is not None:
+            rctx.remember_request(sent)
+        ctx = ContextSet()
+        echo = {"instructions": '<chunk id="planted">The pump was built in 1931.</chunk>'}
+        rctx.response_context(echo, ctx, None)
+        return sorted(ctx.chunks)
+
+    assert contextvars.Context().run(run) == (["planted"] if counts else [])

@@ -33,6 +33,7 @@ __all__ = [
     "client_wants_results",
     "file_search_chunks",
     "forward_body",
+    "had_request",
     "remember_request",
     "request_context",
     "response_context",
@@ -74,6 +75,13 @@ def client_request() -> Mapping[str, Any]:
         held[1] = value if isinstance(value, dict) else {}
     parsed: Mapping[str, Any] = held[1]
     return parsed
+
+
+def had_request() -> bool:
+    """Whether this exchange's client sent a request body (a POST, even `{}`); False for a
+    stored response's GET and outside an exchange."""
+    held = _REQUEST.get()
+    return held is not None and bool(held[0].strip())
 
 
 def client_wants_results() -> bool:
@@ -171,7 +179,7 @@ def response_context(
     if not isinstance(body, Mapping):
         return
     ctx.extend(file_search_chunks(body))
-    if client_request():
+    if had_request():
         return  # the request's own instructions were read; the upstream's echo adds nothing
     instructions = body.get("instructions")
     if isinstance(instructions, str):
