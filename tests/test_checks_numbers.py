@@ -288,3 +288,29 @@ def test_the_quick_scan_equals_the_full_scan(text: str) -> None:
     m = re.search(r"\d", text)
     first = m.start() if m else len(text)
     assert numbers._digit_numbers(text, text.isascii(), first) == full
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        # A claim body keeps the brackets of its blanked markers: no bare citation there.
+        ("It grew 5% [     ].", [(Decimal(5), True, "")]),
+        ("It grew 5% [     ] as [2] says.", [(Decimal(5), True, "")]),
+        ("It grew 5% [     ] as [^3] says.", [(Decimal(5), True, "")]),
+        ("It grew 5% [ 7] [x] [a2].", [(Decimal(5), True, ""), (Decimal(7), False, "")]),
+        ("[٣] It grew 5%.", [(Decimal(5), True, "")]),  # a Unicode digit is \d too
+        ("[[1]] 8", [(Decimal(8), False, "")]),
+    ],
+)
+def test_bare_citations_after_blanked_markers(text: str, want: list[object]) -> None:
+    assert numbers_in(text) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(_NUMBERISH)
+def test_bare_citation_precheck_never_misses_one(text: str) -> None:
+    # The precheck only decides whether the substitution can change the text.
+    from gateway.checks import numbers
+
+    if numbers._BARE_CITATION.search(text):
+        assert numbers._bare_citation_possible(text)

@@ -72,7 +72,10 @@ _POWER = (  # the lookahead fails quickly after the usual number
     r"))?"
 )
 _NUMBER_PATTERN = (
-    r"(?P<num>\d{pre}(?:\d{{0,2}}(?:(?:,\d{{3}})+|(?:[\u2009\u202f]\d{{3}})+)(?:\.\d+)?"
+    # The separated form only where a separator is near (a lookahead is cheaper than
+    # trying that alternative's repeats on every number).
+    r"(?P<num>\d{pre}(?:(?=\d{{0,2}}[,\u2009\u202f])\d{{0,2}}"
+    r"(?:(?:,\d{{3}})+|(?:[\u2009\u202f]\d{{3}})+)(?:\.\d+)?"
     r"|\d*(?:\.\d+)?))"
     + (_POWER + r"(?!\d|[⁰¹²³⁴⁵⁶⁷⁸⁹])" + _TAIL).replace("{", "{{").replace("}", "}}")
 )
@@ -164,7 +167,7 @@ def numbers_in(text: str) -> list[Quantity]:
         words = not _NUMBER_WORDS.isdisjoint(_LETTERS.findall(text.lower()))
     if first < 0 and not words:
         return []
-    if "[" in text:
+    if "[" in text and _bare_citation_possible(text):
         text = _BARE_CITATION.sub(" ", text)
         first = min(first, 0)  # the substitution moves the digits: from the start, if any
     out: list[Quantity] = []
@@ -185,6 +188,20 @@ def numbers_in(text: str) -> list[Quantity]:
                     _WORD_MEMO[g] = qs
             out.extend(qs)
     return out
+
+
+def _bare_citation_possible(text: str) -> bool:
+    """Whether a "[" of `text` is followed by a digit or "^", as every `_BARE_CITATION` match
+    starts. A claim body keeps the brackets of its own blanked markers ("[     ]"): for it
+    this is a `find` or two, where the substitution would scan the whole text and then
+    make `_digit_numbers` read it from the start."""
+    i = text.find("[")
+    while i >= 0:
+        after = text[i + 1 : i + 2]
+        if after == "^" or after.isdecimal():  # `\d` is exactly `str.isdecimal`
+            return True
+        i = text.find("[", i + 1)
+    return False
 
 
 def _digit_numbers(text: str, ascii_text: bool, first: int = 0) -> list[Quantity]:
