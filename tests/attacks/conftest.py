@@ -74,9 +74,9 @@ def run_case(
     the upstream really was asked (so a refused request cannot pass a leak test vacuously)."""
     _, up = upstream
     key = f"attack-{next(_cases)}"
-    up.on(key, behaviour)
     if isinstance(behaviour, Stream) and spec.stream_content_type is not None:
         behaviour = dataclasses.replace(behaviour, content_type=spec.stream_content_type)
+    up.on(key, behaviour)
     req = request if request is not None else spec.request(QUESTION, mode != "json")
     hdrs = [(SCENARIO_HEADER, key), *headers]
     if mode == "progressive":
