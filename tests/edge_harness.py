@@ -251,7 +251,7 @@ class Proxy:
 @contextlib.contextmanager
 def run_proxy(upstream_url: str, policies: list[Path], **limits: Any) -> Iterator[Proxy]:
     """The proxy port as `citewarden serve` runs it (gateway.server.proxy_config), in a thread."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
