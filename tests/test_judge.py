@@ -340,6 +340,20 @@ async def test_tei_wrong_count_is_an_error(judge_url: str, script: JudgeScript) 
     assert {r.kind for r in results.values()} == {"judge_bad_verdicts"}
 
 
+@pytest.mark.parametrize("name", ["default", "template", "minicheck"])
+def test_placeholders_in_claim_or_chunk_text_reach_the_judge_as_written(name: str) -> None:
+    # Text put in for one placeholder is never searched for the next one.
+    prompt = build_prompt(name, "Judge: {chunks}\n{claims}{question}" if name == "template"
+                          else None)
+    chunk = "Passage {claims} {question} {chunks} {document} {claim} end."
+    claim = "Claim {chunks} {question} {claims} {claim} {document} end."
+    user = prompt.user({"1": chunk}, [CallItem("c1", claim, ("1",), "Q {claims}?")])
+    assert chunk in user and claim in user
+    if name != "minicheck":
+        assert user.count("<claim ") == 1 and user.count("<passage ") == 1
+        assert "<question>Q {claims}?</question>" in user
+
+
 @pytest.mark.parametrize("name", ["default", "minicheck", "template"])
 @pytest.mark.parametrize("json_schema", [True, False])
 def test_chat_body_is_the_payload_encoded_whole(name: str, json_schema: bool) -> None:
