@@ -147,6 +147,27 @@ async def test_deadline_bounds_all_work_for_an_answer(judge_url: str, script: Ju
     assert time.monotonic() - t0 < 1.0
 
 
+async def test_the_deadline_cuts_short_only_the_calls_still_out(
+    judge_url: str, script: JudgeScript
+) -> None:
+    # group_by chunk: one call per chunk, one at a time. The call showing chunk 1 answers; the
+    # one showing chunk 2 times out (0.4 s); the one showing chunk 3 starts then and is still
+    # out at the deadline (0.6 s). Each claim gets its own call's outcome.
+    script.slow_text, script.slow = "SLOW", 2.0
+    chunks = {"1": "The reactor holds 42 rods.", "2": "SLOW one.", "3": "SLOW two."}
+    items = [pend(i, f"Claim {i} about the reactor.", str(i + 1), chunks=chunks)
+             for i in range(3)]
+    t0 = time.monotonic()
+    results, stats = await run(
+        JudgePass(spec(judge_url, timeout=0.4, deadline=0.6, max_concurrency=1)), items
+    )
+    assert time.monotonic() - t0 < 1.2
+    assert results[0].status is Status.PASS
+    assert [results[i].kind for i in (1, 2)] == ["judge_timeout", "judge_deadline"]
+    assert sorted(c.outcome for c in stats.calls) == ["deadline", "ok", "timeout"]
+    assert [c["verdict"] for c in stats.claims] == ["YES", "error", "error"]
+
+
 async def test_5xx_is_retried_within_the_deadline(judge_url: str, script: JudgeScript) -> None:
     script.steps = deque(["500"])
     results, stats = await run(JudgePass(spec(judge_url, retries=1)), THREE[:1])

@@ -109,14 +109,16 @@ class JudgeClient:
         self.max_concurrency = max_concurrency
         self.circuit = circuit if circuit is not None else Circuit(5, 30.0)
         self.cache = cache if cache is not None else VerdictCache(0, 1.0)
-        # Per-call limits are applied with asyncio.timeout; the pool's own are a backstop.
+        # An attempt's timeout is the connection's own: its exchange (connect, request and
+        # answer) is bounded by `timeout` with the one timer the client keeps per exchange.
         t = Timeouts(connect=timeout, read=timeout, total=timeout)
         self._upstream = connect(url, t, Limits(max_response_bytes=_MAX_BODY, pool_size=256))
         self._headers: list[tuple[str, str]] = [
             ("content-type", "application/json"),
             ("accept", "application/json"),
         ]
-        self._key = api_key
+        if api_key:
+            self._headers.append(("authorization", f"Bearer {api_key}"))
         self._sem: asyncio.Semaphore | None = None
         self._sem_loop: asyncio.AbstractEventLoop | None = None
         self.json_schema = True  # response_format json_schema, until the endpoint refuses it
@@ -140,15 +142,17 @@ class JudgeClient:
     ) -> tuple[dict[str, Any] | list[Any], float]:
         """POST `payload` as JSON (or bytes, JSON already) to `url + path` and return the parsed
         JSON answer and the seconds it took; retried on connect errors, 429 and 5xx within
-        `deadline` (a `time.monotonic()` value). Each attempt is appended to `record`."""
+        `deadline` (a `time.monotonic()` value). Each attempt is appended to `record`.
+
+        Each attempt is bounded by the call timeout (the connection's own timers); `deadline`
+        decides whether an attempt or a retry may start, and bounding the whole call by it is
+        the caller's: `JudgePass` cancels every call still out at the answer's deadline with
+        one timer for all of them."""
         body = (
             payload
             if isinstance(payload, bytes)
             else json.dumps(payload, ensure_ascii=False).encode()
         )
-        headers = list(self._headers)
-        if self._key:
-            headers.append(("authorization", f"Bearer {self._key}"))
         attempt = 0
         while True:
             if not self.circuit.allow():
@@ -156,7 +160,7 @@ class JudgeClient:
                 raise JudgeError("circuit_open")
             t0 = time.monotonic()
             try:
-                result = await self._attempt(path, headers, body, deadline)
+                result = await self._attempt(path, body, deadline)
             except JudgeError as e:
                 record.append(CallRecord(e.kind, time.monotonic() - t0))
                 if e.kind == "http_4xx_schema":
@@ -192,22 +196,15 @@ class JudgeClient:
         return base * (0.5 + random.random())
 
     async def _attempt(
-        self, path: str, headers: list[tuple[str, str]], body: bytes, deadline: float
+        self, path: str, body: bytes, deadline: float
     ) -> dict[str, Any] | list[Any]:
-        remaining = min(self.timeout, deadline - time.monotonic())
-        if remaining <= 0:
+        if deadline <= time.monotonic():
             raise JudgeError("deadline")
-        kind_on_timeout = "timeout" if self.timeout <= deadline - time.monotonic() else "deadline"
+        sem = self._semaphore()
+        await sem.acquire()  # cancelled while waiting: nothing was taken
         try:
-            async with self._semaphore():
-                remaining = min(self.timeout, deadline - time.monotonic())
-                if remaining <= 0:
-                    raise JudgeError("deadline")
-                async with asyncio.timeout(remaining):
-                    resp = await self._upstream.request("POST", path, headers, body)
-        except TimeoutError:
-            raise JudgeError(kind_on_timeout) from None
-        except UpstreamTimeout:
+            resp = await self._upstream.request("POST", path, self._headers, body)
+        except (UpstreamTimeout, TimeoutError):
             raise JudgeError("timeout") from None
         except UpstreamConnectError as e:
             raise JudgeError("connect", type(e).__name__) from None
@@ -215,6 +212,8 @@ class JudgeClient:
             raise JudgeError("bad_response", type(e).__name__) from None
         except OSError as e:
             raise JudgeError("connect", type(e).__name__) from None
+        finally:
+            sem.release()
         status = resp.status
         if status == 429:
             raise JudgeError("rate_limited", "429", _retry_after(resp.headers))
