@@ -28,7 +28,7 @@ from gateway.judge.client import (
     client_settings,
 )
 from gateway.judge.prompts import CallItem, ChatBody, Prompt, PromptFormatError, build_prompt
-from gateway.types import CheckResult
+from gateway.types import CheckResult, frozen_init
 
 __all__ = ["PENDING", "JudgePass", "JudgeStats", "Pending", "last_user_text"]
 
@@ -44,6 +44,7 @@ SHORT_CLAIM_WORDS = 4
 _QUESTION_MAX = 2000
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Pending:
     """One claim for the judge: its index, marker-free text and cited chunks (id, text)."""
@@ -221,33 +222,35 @@ class JudgePass:
         group = self._group
         keys = self.keys.fresh()  # chunks cited twice hashed once
         for p in pending:
-            q = self._question_for(p.claim, question)
-            units: list[tuple[str, tuple[tuple[str, str], ...]]]
+            claim, index = p.claim, p.index
+            q = self._question_for(claim, question) if question is not None else None
+            # What the judge answers for this claim: (unit, its chunks' ids, their texts).
+            units: list[tuple[str, tuple[str, ...], tuple[str, ...]]]
             if self.pair_level:
-                units = [(cid, ((cid, text),)) for cid, text in p.chunks]
+                units = [(cid, (cid,), (text,)) for cid, text in p.chunks]
             else:
-                units = [(WHOLE, p.chunks)]
-            for unit, chunks in units:
-                key = keys.key(p.claim, [t for _, t in chunks], q)
+                units = [(WHOLE, tuple([c for c, _ in p.chunks]), tuple([t for _, t in p.chunks]))]
+            for unit, ids, texts in units:
+                key = keys.key(claim, texts, q)
                 hit = cache.get(key)
                 if hit is not None:
                     stats.cache_hits += 1
-                    known[p.index][unit] = hit[0]
+                    known[index][unit] = hit[0]
                     if hit[1]:
-                        stats.rationales.setdefault(p.index, []).append(hit[1])
+                        stats.rationales.setdefault(index, []).append(hit[1])
                     continue
                 stats.cache_misses += 1
-                gkey = unit if group == "chunk" else p.index if group == "claim" else ""
+                gkey = unit if group == "chunk" else index if group == "claim" else ""
                 call = groups.get(gkey) if group is not None else None
                 if call is None:
                     call = _Call({}, [], {})
                     calls.append(call)
                     if group is not None:
                         groups[gkey] = call
-                call.chunks.update(chunks)
+                call.chunks.update(zip(ids, texts))
                 cid = f"c{len(call.items) + 1}"
-                call.items.append(CallItem(cid, p.claim, tuple([c for c, _ in chunks]), q))
-                call.targets[cid] = (p.index, unit, key)
+                call.items.append(CallItem(cid, claim, ids, q))
+                call.targets[cid] = (index, unit, key)
         return calls, known
 
     # -- calls -------------------------------------------------------------------------------

@@ -99,18 +99,20 @@ VERDICT_SCHEMA: dict[str, Any] = {
 }
 
 
-def _esc(text: str) -> str:
-    return html.escape(text, quote=True)
+_esc = html.escape  # quote=True: no text can close a tag or an attribute
+
+_FIELDS = re.compile(r"(\{(?:chunks|claims|question|document|claim)\})")
 
 
-_PLACEHOLDER = re.compile(r"(\{(?:chunks|claims|question|document|claim)\})")
-
-
-def _pieces(template: str) -> list[str]:
-    """The template split at its placeholders, which stay as pieces of their own: a call's
-    text is then one join, and text put in for one placeholder is never searched for the
-    next (a passage that says "{claims}" reaches the judge as written)."""
-    return [p for p in _PLACEHOLDER.split(template) if p]
+def _format_string(template: str, fields: tuple[str, ...]) -> str:
+    """`template` as a `str.format` string: each of its placeholders named in `fields` a
+    replacement field, every other brace doubled (text as written). A call's text is then one
+    `format`, which never searches what it put in for the next field (a passage that says
+    "{claims}" reaches the judge as written)."""
+    return "".join(
+        piece if piece[1:-1] in fields else piece.replace("{", "{{").replace("}", "}}")
+        for piece in _FIELDS.split(template)
+    )
 
 
 class Prompt:
@@ -123,7 +125,8 @@ class Prompt:
         digest = hashlib.sha256(f"{kind}\0{system}\0{template}".encode()).hexdigest()
         self.version = f"{kind}-{digest[:12]}"
         self.system = system
-        self._pieces = _pieces(template)
+        fields = ("document", "claim") if kind == "minicheck" else ("chunks", "claims", "question")
+        self._format = _format_string(template, fields).format
 
     @property
     def per_pair(self) -> bool:
@@ -142,25 +145,25 @@ class Prompt:
         """The user message of one call (the system message is `system`, the same for all)."""
         if self.kind == "minicheck":
             (item,) = items
-            values = {"{document}": "\n\n".join(chunks.values()), "{claim}": item.claim}
-        else:
-            ids = {cid: _esc(cid) for cid in chunks}  # each chunk id escaped once per call
-            passages = "\n".join(
-                [f'<passage id="{ids[cid]}">\n{_esc(text)}\n</passage>'
-                 for cid, text in chunks.items()]
-            )
-            lines = []
-            for item in items:
-                cites = ",".join([ids[c] if c in ids else _esc(c) for c in item.chunks or ids])
-                q = (
-                    f"\n  <question>{_esc(item.question)}</question>"
-                    if item.question is not None
-                    else ""
+            return self._format(document="\n\n".join(chunks.values()), claim=item.claim)
+        ids: dict[str, str] = {}  # each chunk id escaped once per call
+        passages = []
+        for cid, text in chunks.items():
+            e = ids[cid] = _esc(cid)
+            passages.append(f'<passage id="{e}">\n{_esc(text)}\n</passage>')
+        cited: dict[tuple[str, ...], str] = {}  # a call's claims mostly cite the same chunks
+        lines = []
+        for item in items:
+            cites = cited.get(item.chunks)
+            if cites is None:
+                cites = cited[item.chunks] = ",".join(
+                    [ids[c] if c in ids else _esc(c) for c in item.chunks or ids]
                 )
-                lines.append(f'<claim id="{item.id}" cites="{cites}">{_esc(item.claim)}</claim>{q}')
-            values = {"{chunks}": passages, "{claims}": "\n".join(lines), "{question}": ""}
-        # A placeholder of the other prompt kind is text of this one, kept as written.
-        return "".join([values.get(p, p) for p in self._pieces])
+            line = f'<claim id="{item.id}" cites="{cites}">{_esc(item.claim)}</claim>'
+            if item.question is not None:
+                line += f"\n  <question>{_esc(item.question)}</question>"
+            lines.append(line)
+        return self._format(chunks="\n".join(passages), claims="\n".join(lines), question="")
 
     def parse(self, content: str, ids: Sequence[str]) -> dict[str, tuple[Verdict, str]]:
         """{id: (label, rationale)} for exactly the ids sent; PromptFormatError otherwise."""
