@@ -19,6 +19,7 @@ from gateway.judge.prompts import RESPONSE_FORMATS, CallItem, ChatBody, build_pr
 from gateway.policy import JudgeSpec
 from gateway.types import Status
 from tests.judge_server import CLAIM, JudgeScript, run_judge
+from tests.net_harness import Origin, listening
 
 
 @pytest.fixture(autouse=True)
@@ -166,6 +167,24 @@ async def test_the_deadline_cuts_short_only_the_calls_still_out(
     assert [results[i].kind for i in (1, 2)] == ["judge_timeout", "judge_deadline"]
     assert sorted(c.outcome for c in stats.calls) == ["deadline", "ok", "timeout"]
     assert [c["verdict"] for c in stats.claims] == ["YES", "error", "error"]
+
+
+async def test_a_judge_connection_closed_under_the_next_call_is_retried_on_a_fresh_one() -> None:
+    # DESIGN §11's keep-alive race on the judge's own pool: the judge closes a reused
+    # connection on reading the next request; each call is sent once more, on a new
+    # connection, and answers (one attempt as the pass counts them: nothing was answered).
+    content = json.dumps({"verdicts": [{"id": "c1", "rationale": "", "label": "YES"}]})
+    origin = Origin(body=json.dumps(
+        {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
+    ).encode(), hang_up_reused=True)
+    with listening(origin.handle) as port:
+        p = JudgePass(spec(f"http://127.0.0.1:{port}"))
+        for i in range(3):
+            results, stats = await run(p, [pend(0, f"Claim {i} about the reactor.", "1")])
+            assert results[0].status is Status.PASS
+            assert [c.outcome for c in stats.calls] == ["ok"]
+    assert [s.conn for s in origin.seen] == [0, 0, 1, 1, 2]
+    assert {s.line for s in origin.seen} == {"POST /v1/chat/completions HTTP/1.1"}
 
 
 async def test_5xx_is_retried_within_the_deadline(judge_url: str, script: JudgeScript) -> None:
@@ -323,6 +342,15 @@ async def test_api_key_is_sent_and_never_shown(
     assert script.calls[0]["headers"][b"authorization"] == b"Bearer sk-secret-123"
     for shown in (repr(s), s.model_dump_json(), repr(p.client), repr(stats.audit(True))):
         assert "sk-secret-123" not in shown
+
+
+async def test_a_key_that_would_break_a_header_line_sends_nothing(
+    judge_url: str, script: JudgeScript, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUDGE_KEY_T", "sk-1\r\nx-injected: 1")
+    results, _ = await run(JudgePass(spec(judge_url, api_key_env="JUDGE_KEY_T")), THREE[:1])
+    assert results[0].status is Status.ERROR
+    assert script.calls == []
 
 
 async def test_short_claims_are_shown_their_question(judge_url: str, script: JudgeScript) -> None:

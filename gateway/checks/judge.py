@@ -163,9 +163,8 @@ class _Call:
     targets: dict[str, tuple[int, str, bytes]]
 
 
-# A call's outcome: its verdicts by the id the judge saw, its failure, or None when the
-# answer's deadline cut it short.
-_Outcome = Mapping[str, tuple[str, str]] | Exception | None
+# A call's outcome: its verdicts by the id the judge saw, or its failure.
+_Outcome = Mapping[str, tuple[str, str]] | Exception
 
 
 class JudgePass:
@@ -247,7 +246,7 @@ class JudgePass:
                     calls.append(call)
                     if group is not None:
                         groups[gkey] = call
-                call.chunks.update(zip(ids, texts))
+                call.chunks.update(zip(ids, texts, strict=True))
                 cid = f"c{len(call.items) + 1}"
                 call.items.append(CallItem(cid, claim, ids, q))
                 call.targets[cid] = (index, unit, key)
@@ -334,10 +333,7 @@ class JudgePass:
         if calls:
             outcomes = await self._settle(client, calls, deadline, stats)
             for call, outcome in zip(calls, outcomes, strict=True):
-                if outcome is None:
-                    kind = "deadline"
-                    stats.calls.append(CallRecord("deadline", time.monotonic() - t0))
-                elif isinstance(outcome, Exception):
+                if isinstance(outcome, Exception):
                     kind = outcome.kind if isinstance(outcome, JudgeError) else "crash"
                 else:
                     for cid, (label, why) in outcome.items():
@@ -376,28 +372,19 @@ class JudgePass:
     async def _settle(
         self, client: JudgeClient, calls: list[_Call], deadline: float, stats: JudgeStats
     ) -> list[_Outcome]:
-        """Every call's outcome, in order, by the answer's deadline: one timer bounds them all
-        (each attempt's own timeout is the client's). A call still out at the deadline is
-        cancelled and its outcome left None; a cancelled pass cancels its calls."""
-        outcomes: list[_Outcome] = [None] * len(calls)
+        """Every call's outcome, in order. The client ends every wait of a call by the answer's
+        deadline (a concurrency slot, each attempt, a retry's backoff: `JudgeClient.post`), so
+        no timer of the pass's own is needed; a cancelled pass cancels its calls."""
 
-        async def settle(i: int) -> None:
+        async def settle(call: _Call) -> _Outcome:
             try:
-                outcomes[i] = await self._call(client, calls[i], deadline, stats)
+                return await self._call(client, call, deadline, stats)
             except Exception as e:  # this call's failure, an infrastructure error for its claims
-                outcomes[i] = e
+                return e
 
-        remaining = deadline - time.monotonic()
-        if remaining > 0:
-            try:
-                async with asyncio.timeout(remaining):
-                    if len(calls) == 1:
-                        await settle(0)  # the usual answer: no task of its own to schedule
-                    else:
-                        await asyncio.gather(*map(settle, range(len(calls))))
-            except TimeoutError:
-                pass  # the calls still out were cancelled: their outcomes stay None
-        return outcomes
+        if len(calls) == 1:
+            return [await settle(calls[0])]  # the usual answer: no task of its own to schedule
+        return list(await asyncio.gather(*map(settle, calls)))
 
 
 def _chat_content(answer: object) -> tuple[str, dict[str, int]]:
