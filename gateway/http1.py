@@ -542,6 +542,51 @@ class Pool:
             self._wake_one()
             raise
 
+    async def exchange(self, request: bytes, deadline: float, *, is_head: bool = False
+                       ) -> Connection:
+        """`request` (head and body, as they go on the wire) sent by `deadline` (loop time):
+        the connection once the final response's head is in, its body still to be read
+        (`read_all` / `next_chunk`) and the exchange then `finish`ed. A reused keep-alive
+        connection the upstream closed as the request went out (DESIGN §11: it fails with
+        UpstreamConnectError before any byte of an answer) is retried once on a connection
+        opened for it; a fresh connection that fails, or any answer byte, never is."""
+        retry = True
+        fresh = False
+        while True:
+            conn = await self.acquire(deadline, fresh=fresh)
+            reused = conn.used
+            try:
+                await conn.start(request, deadline, is_head)
+            except BaseException as e:
+                conn.finish()  # not done: closed, never pooled
+                if retry and reused and not conn.received_any and isinstance(
+                    e, UpstreamConnectError
+                ):
+                    retry = False
+                    fresh = True
+                    continue
+                raise
+            return conn
+
+    def request_head(self, method: str, path_qs: str, headers: Headers) -> bytes:
+        """The head of a request that carries a body, up to its content-length value (the
+        caller appends the length, the empty line and the body): the request line (the
+        pool's target, the base URL's query parameters the path lacks), host, the pool's own
+        fields, then `headers`. ValueError when any of them carries a line break or NUL."""
+        if self.query:
+            path_qs = add_base_query(path_qs, self.query)
+        parts = [method, " ", self.target, path_qs, " HTTP/1.1\r\nhost: ", self.host_header,
+                 "\r\n", self.own_fields]
+        for name, value in headers:
+            parts += (name, ": ", value, "\r\n")
+        parts.append("content-length: ")
+        head = "".join(parts)
+        # One line per field and nothing else: no name, value or path may break a line.
+        lines = len(headers) + 2 + (1 if self.own_fields else 0)
+        if head.count("\n") != lines or head.count("\r") != lines or "\0" in head:
+            raise ValueError("a request header or the path carries a line break or NUL")
+        return head.encode("latin-1")
+
     def log_failure(self, err: GatewayError) -> None:
         """One log line for a connection that could not be set up (refused, TLS, proxy): the
         audit line of the exchange has the error's kind, this one its class and the route."""

@@ -41,6 +41,7 @@ class JudgeScript:
     then: Step = "ok"
     delay: float = 0.0  # every call's latency
     slow: float = 1.0  # a `slow` step's latency
+    slow_text: str = ""  # when set, a call whose user message holds it takes `slow` too
     retry_after: str = "0"
     label_for: Callable[[str], str] = default_label
     calls: list[dict[str, Any]] = field(default_factory=list)
@@ -88,7 +89,10 @@ def make_app(script: JudgeScript) -> Any:
             script.in_flight += 1
             script.max_in_flight = max(script.max_in_flight, script.in_flight)
         try:
-            await asyncio.sleep(script.slow if step == "slow" else script.delay)
+            slow = step == "slow" or (
+                script.slow_text != "" and script.slow_text in str(body.get("messages"))
+            )
+            await asyncio.sleep(script.slow if slow else script.delay)
             status, headers, payload = _respond(script, step, scope["path"], body)
         finally:
             with script.lock:

@@ -19,6 +19,7 @@ from gateway.judge.prompts import RESPONSE_FORMATS, CallItem, ChatBody, build_pr
 from gateway.policy import JudgeSpec
 from gateway.types import Status
 from tests.judge_server import CLAIM, JudgeScript, run_judge
+from tests.net_harness import Origin, listening
 
 
 @pytest.fixture(autouse=True)
@@ -145,6 +146,45 @@ async def test_deadline_bounds_all_work_for_an_answer(judge_url: str, script: Ju
     )
     assert results[0].status is Status.ERROR
     assert time.monotonic() - t0 < 1.0
+
+
+async def test_the_deadline_cuts_short_only_the_calls_still_out(
+    judge_url: str, script: JudgeScript
+) -> None:
+    # group_by chunk: one call per chunk, one at a time. The call showing chunk 1 answers; the
+    # one showing chunk 2 times out (0.4 s); the one showing chunk 3 starts then and is still
+    # out at the deadline (0.6 s). Each claim gets its own call's outcome.
+    script.slow_text, script.slow = "SLOW", 2.0
+    chunks = {"1": "The reactor holds 42 rods.", "2": "SLOW one.", "3": "SLOW two."}
+    items = [pend(i, f"Claim {i} about the reactor.", str(i + 1), chunks=chunks)
+             for i in range(3)]
+    t0 = time.monotonic()
+    results, stats = await run(
+        JudgePass(spec(judge_url, timeout=0.4, deadline=0.6, max_concurrency=1)), items
+    )
+    assert time.monotonic() - t0 < 1.2
+    assert results[0].status is Status.PASS
+    assert [results[i].kind for i in (1, 2)] == ["judge_timeout", "judge_deadline"]
+    assert sorted(c.outcome for c in stats.calls) == ["deadline", "ok", "timeout"]
+    assert [c["verdict"] for c in stats.claims] == ["YES", "error", "error"]
+
+
+async def test_a_judge_connection_closed_under_the_next_call_is_retried_on_a_fresh_one() -> None:
+    # DESIGN §11's keep-alive race on the judge's own pool: the judge closes a reused
+    # connection on reading the next request; each call is sent once more, on a new
+    # connection, and answers (one attempt as the pass counts them: nothing was answered).
+    content = json.dumps({"verdicts": [{"id": "c1", "rationale": "", "label": "YES"}]})
+    origin = Origin(body=json.dumps(
+        {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
+    ).encode(), hang_up_reused=True)
+    with listening(origin.handle) as port:
+        p = JudgePass(spec(f"http://127.0.0.1:{port}"))
+        for i in range(3):
+            results, stats = await run(p, [pend(0, f"Claim {i} about the reactor.", "1")])
+            assert results[0].status is Status.PASS
+            assert [c.outcome for c in stats.calls] == ["ok"]
+    assert [s.conn for s in origin.seen] == [0, 0, 1, 1, 2]
+    assert {s.line for s in origin.seen} == {"POST /v1/chat/completions HTTP/1.1"}
 
 
 async def test_5xx_is_retried_within_the_deadline(judge_url: str, script: JudgeScript) -> None:
@@ -304,6 +344,15 @@ async def test_api_key_is_sent_and_never_shown(
         assert "sk-secret-123" not in shown
 
 
+async def test_a_key_that_would_break_a_header_line_sends_nothing(
+    judge_url: str, script: JudgeScript, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUDGE_KEY_T", "sk-1\r\nx-injected: 1")
+    results, _ = await run(JudgePass(spec(judge_url, api_key_env="JUDGE_KEY_T")), THREE[:1])
+    assert results[0].status is Status.ERROR
+    assert script.calls == []
+
+
 async def test_short_claims_are_shown_their_question(judge_url: str, script: JudgeScript) -> None:
     p = JudgePass(spec(judge_url, group_by="claim"))
     await run(p, [pend(0, "Fik-Shun.", "1"), pend(1, "The reactor holds many old rods.", "1")],
@@ -338,6 +387,20 @@ async def test_tei_wrong_count_is_an_error(judge_url: str, script: JudgeScript) 
     s = JudgeSpec.model_validate({"url": judge_url, "backend": "tei", "group_by": "answer"})
     results, _ = await run(JudgePass(s), THREE)
     assert {r.kind for r in results.values()} == {"judge_bad_verdicts"}
+
+
+@pytest.mark.parametrize("name", ["default", "template", "minicheck"])
+def test_placeholders_in_claim_or_chunk_text_reach_the_judge_as_written(name: str) -> None:
+    # Text put in for one placeholder is never searched for the next one.
+    prompt = build_prompt(name, "Judge: {chunks}\n{claims}{question}" if name == "template"
+                          else None)
+    chunk = "Passage {claims} {question} {chunks} {document} {claim} end."
+    claim = "Claim {chunks} {question} {claims} {claim} {document} end."
+    user = prompt.user({"1": chunk}, [CallItem("c1", claim, ("1",), "Q {claims}?")])
+    assert chunk in user and claim in user
+    if name != "minicheck":
+        assert user.count("<claim ") == 1 and user.count("<passage ") == 1
+        assert "<question>Q {claims}?</question>" in user
 
 
 @pytest.mark.parametrize("name", ["default", "minicheck", "template"])

@@ -39,6 +39,10 @@ def test_cache_keys_are_cache_key(claim: str, chunks: list[str], question: str |
     assert cache_key(claim, chunks, "judge-model", "default-0123456789ab", question) == want
     assert keys.key(claim, chunks, question) == want
     assert keys.key(claim, chunks, question) == want  # chunk digests now remembered
+    # The next answer's keys: the same model and prompt version, no chunk remembered.
+    fresh = keys.fresh()
+    assert fresh.key(claim, chunks, question) == want
+    assert CacheKeys("other-model", "v").fresh().key(claim, chunks, question) != want
 
 
 def test_one_answer_s_keys_stay_apart() -> None:

@@ -23,7 +23,7 @@ def _reset() -> Iterator[None]:
 def test_judge_connections_take_the_configured_proxy() -> None:
     client.use_network(UpstreamNetwork.from_env({"HTTPS_PROXY": "http://proxy.corp:3128"}))
     up = client._default_upstream(JUDGE, Timeouts(), Limits())
-    assert up.proxy == "http://proxy.corp:3128"
+    assert str(up.proxy) == "http://proxy.corp:3128"
 
 
 def test_no_proxy_still_applies_to_the_judge() -> None:

@@ -28,18 +28,23 @@ from gateway.judge.client import (
     client_settings,
 )
 from gateway.judge.prompts import CallItem, ChatBody, Prompt, PromptFormatError, build_prompt
-from gateway.types import CheckResult
+from gateway.types import CheckResult, frozen_init
 
 __all__ = ["PENDING", "JudgePass", "JudgeStats", "Pending", "last_user_text"]
 
 PENDING = "judge_pending"  # the lexical tier's error kind for a claim the judge must settle
 CHECK = "unsupported"
+_PASSED = CheckResult.ok(CHECK)  # a value: one for every claim a judge passes
+# The unit of a whole-claim verdict (`group_by: claim` / `answer` with a chat judge), as the
+# audit event names it; a pass's units are all chunk ids or all this, never both.
+WHOLE = "*"
 # A claim this short is shown with its question, to be read (never to be supported) by it:
 # "Fik-Shun." says nothing without "who won season 10?".
 SHORT_CLAIM_WORDS = 4
 _QUESTION_MAX = 2000
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class Pending:
     """One claim for the judge: its index, marker-free text and cited chunks (id, text)."""
@@ -154,8 +159,12 @@ class _Call:
 
     chunks: dict[str, str]
     items: list[CallItem]
-    # id the judge sees -> (claim index, chunk id or None for a whole-claim verdict, cache key)
-    targets: dict[str, tuple[int, str | None, bytes]]
+    # id the judge sees -> (claim index, chunk id or WHOLE for a whole-claim verdict, cache key)
+    targets: dict[str, tuple[int, str, bytes]]
+
+
+# A call's outcome: its verdicts by the id the judge saw, or its failure.
+_Outcome = Mapping[str, tuple[str, str]] | Exception
 
 
 class JudgePass:
@@ -176,7 +185,13 @@ class JudgePass:
         self._client = client
         self._connect = connect
         self._settings = client_settings(spec, connect)
-        self.yes = {"YES", "PARTIAL"} if spec.on_partial == "pass" else {"YES"}
+        self.yes = frozenset({"YES", "PARTIAL"} if spec.on_partial == "pass" else {"YES"})
+        self.keys = CacheKeys(self.model, self.prompt_version)  # `fresh()` per answer
+        # Verdicts per (claim, chunk) (tei, or `group_by: chunk`), else per claim.
+        self.pair_level = self.backend == "tei" or self.group_by == "chunk"
+        # What a call gathers: MiniCheck judges one claim against one document per call
+        # (None: a call per unit); otherwise `group_by`.
+        self._group = None if self.prompt.per_pair and self.backend != "tei" else self.group_by
 
     @property
     def client(self) -> JudgeClient:
@@ -190,81 +205,58 @@ class JudgePass:
             return None
         return question if len(content_words(claim)) <= SHORT_CLAIM_WORDS else None
 
-    def _pair_level(self) -> bool:
-        """Whether verdicts are per (claim, chunk) rather than per claim."""
-        if self.backend == "tei":
-            return True
-        return self.group_by == "chunk"
-
     def plan(
         self,
         pending: Sequence[Pending],
         question: str | None,
         stats: JudgeStats,
         client: JudgeClient | None = None,
-    ) -> tuple[list[_Call], dict[int, dict[str | None, str]]]:
+    ) -> tuple[list[_Call], dict[int, dict[str, str]]]:
         """The calls to make, and the verdicts the cache already has
-        ({claim index: {chunk id | None: label}})."""
+        ({claim index: {chunk id | WHOLE: label}})."""
         cache = (client or self.client).cache
-        known: dict[int, dict[str | None, str]] = {p.index: {} for p in pending}
+        known: dict[int, dict[str, str]] = {p.index: {} for p in pending}
         calls: list[_Call] = []
-        by_chunk: dict[str, _Call] = {}
-        by_claim: dict[int, _Call] = {}
-        answer_call: _Call | None = None
-        pair_level = self._pair_level()
-        keys = CacheKeys(self.model, self.prompt_version)  # chunks cited twice hashed once
+        groups: dict[str | int, _Call] = {}  # by chunk id, claim index or "" (the answer)
+        group = self._group
+        keys = self.keys.fresh()  # chunks cited twice hashed once
         for p in pending:
-            q = self._question_for(p.claim, question)
-            if pair_level:
-                units: list[tuple[str | None, tuple[tuple[str, str], ...]]] = [
-                    (cid, ((cid, text),)) for cid, text in p.chunks
-                ]
+            claim, index = p.claim, p.index
+            q = self._question_for(claim, question) if question is not None else None
+            # What the judge answers for this claim: (unit, its chunks' ids, their texts).
+            units: list[tuple[str, tuple[str, ...], tuple[str, ...]]]
+            if self.pair_level:
+                units = [(cid, (cid,), (text,)) for cid, text in p.chunks]
             else:
-                units = [(None, p.chunks)]
-            for unit, chunks in units:
-                key = keys.key(p.claim, [t for _, t in chunks], q)
+                units = [(WHOLE, tuple([c for c, _ in p.chunks]), tuple([t for _, t in p.chunks]))]
+            for unit, ids, texts in units:
+                key = keys.key(claim, texts, q)
                 hit = cache.get(key)
                 if hit is not None:
                     stats.cache_hits += 1
-                    known[p.index][unit] = hit[0]
+                    known[index][unit] = hit[0]
                     if hit[1]:
-                        stats.rationales.setdefault(p.index, []).append(hit[1])
+                        stats.rationales.setdefault(index, []).append(hit[1])
                     continue
                 stats.cache_misses += 1
-                if self.prompt.per_pair and self.backend != "tei":
-                    call = _Call(dict(chunks), [], {})  # MiniCheck: one document, one claim
-                    calls.append(call)
-                elif self.group_by == "chunk" and unit is not None:
-                    found = by_chunk.get(unit)
-                    if found is None:
-                        found = by_chunk[unit] = _Call({}, [], {})
-                        calls.append(found)
-                    call = found
-                elif self.group_by == "claim" and self.backend == "tei":
-                    found = by_claim.get(p.index)
-                    if found is None:
-                        found = by_claim[p.index] = _Call({}, [], {})
-                        calls.append(found)
-                    call = found
-                elif self.group_by == "claim":
+                gkey = unit if group == "chunk" else index if group == "claim" else ""
+                call = groups.get(gkey) if group is not None else None
+                if call is None:
                     call = _Call({}, [], {})
                     calls.append(call)
-                else:
-                    if answer_call is None:
-                        answer_call = _Call({}, [], {})
-                        calls.append(answer_call)
-                    call = answer_call
-                call.chunks.update(chunks)
+                    if group is not None:
+                        groups[gkey] = call
+                call.chunks.update(zip(ids, texts, strict=True))
                 cid = f"c{len(call.items) + 1}"
-                call.items.append(CallItem(cid, p.claim, tuple(c for c, _ in chunks), q))
-                call.targets[cid] = (p.index, unit, key)
+                call.items.append(CallItem(cid, claim, ids, q))
+                call.targets[cid] = (index, unit, key)
         return calls, known
 
     # -- calls -------------------------------------------------------------------------------
 
     async def _call(
         self, client: JudgeClient, call: _Call, deadline: float, stats: JudgeStats
-    ) -> dict[str, tuple[str, str]]:
+    ) -> Mapping[str, tuple[str, str]]:
         if self.backend == "tei":
             return await self._call_tei(client, call, deadline, stats)
         user = self.prompt.user(call.chunks, call.items)
@@ -282,12 +274,11 @@ class JudgePass:
         if stats.calls:
             stats.calls[-1].usage = usage
         try:
-            parsed = self.prompt.parse(content, list(call.targets))
+            return self.prompt.parse(content, list(call.targets))
         except PromptFormatError as e:
             if stats.calls:
                 stats.calls[-1].outcome = "bad_verdicts"
             raise JudgeError("bad_verdicts", str(e)) from None
-        return {cid: (label, why) for cid, (label, why) in parsed.items()}
 
     async def _call_tei(
         self, client: JudgeClient, call: _Call, deadline: float, stats: JudgeStats
@@ -340,48 +331,31 @@ class JudgePass:
         calls, known = self.plan(pending, question, stats, client)
         errors: dict[int, str] = {}
         if calls:
-            tasks = [asyncio.ensure_future(self._call(client, c, deadline, stats)) for c in calls]
-            remaining = deadline - time.monotonic()
-            try:
-                if remaining > 0:
-                    await asyncio.wait(tasks, timeout=remaining)
-            except BaseException:  # cancelled (the client went away): no call outlives it
-                for t in tasks:
-                    t.cancel()
-                raise
-            for call, task in zip(calls, tasks, strict=True):
-                if not task.done():
-                    task.cancel()
-                    kind = "deadline"
-                    stats.calls.append(CallRecord("deadline", time.monotonic() - t0))
-                elif task.exception() is not None:
-                    exc = task.exception()
-                    kind = exc.kind if isinstance(exc, JudgeError) else "crash"
+            outcomes = await self._settle(client, calls, deadline, stats)
+            for call, outcome in zip(calls, outcomes, strict=True):
+                if isinstance(outcome, Exception):
+                    kind = outcome.kind if isinstance(outcome, JudgeError) else "crash"
                 else:
-                    kind = ""
-                    for cid, (label, why) in task.result().items():
+                    for cid, (label, why) in outcome.items():
                         index, unit, key = call.targets[cid]
                         known[index][unit] = label
                         client.cache.put(key, label, why)
                         if why:
                             stats.rationales.setdefault(index, []).append(why)
-                if kind:
-                    for index, _, _ in call.targets.values():
-                        errors.setdefault(index, kind)
-            for t in tasks:
-                if t.cancelled():
                     continue
-                if t.done():
-                    t.exception()  # retrieved: no "never retrieved" warning
+                for index, _, _ in call.targets.values():
+                    errors.setdefault(index, kind)
         stats.seconds = time.monotonic() - t0
         stats.circuit_open = client.circuit.state != "closed"
         results: dict[int, CheckResult] = {}
+        tally = stats.verdicts
         for p in pending:
             labels = known[p.index]
-            for label in labels.values():
-                stats.verdicts[label] = stats.verdicts.get(label, 0) + 1
-            if any(label in self.yes for label in labels.values()):
-                results[p.index] = CheckResult.ok(CHECK)
+            said = labels.values()
+            for label in said:
+                tally[label] = tally.get(label, 0) + 1
+            if not self.yes.isdisjoint(said):
+                results[p.index] = _PASSED
                 verdict = "YES"
             elif p.index in errors:
                 results[p.index] = CheckResult.error(CHECK, f"judge_{errors[p.index]}")
@@ -389,14 +363,28 @@ class JudgePass:
             else:
                 # Every unit answered, and none said YES (PARTIAL counts as NO unless on_partial).
                 results[p.index] = CheckResult.fail(
-                    CHECK, "unsupported", "judge: " + ",".join(sorted(set(labels.values())))
+                    CHECK, "unsupported", "judge: " + ",".join(sorted(set(said)))
                 )
-                verdict = "PARTIAL" if "PARTIAL" in labels.values() else "NO"
-            stats.claims.append(
-                {"index": p.index, "verdict": verdict,
-                 "labels": {str(k) if k is not None else "*": v for k, v in labels.items()}}
-            )
+                verdict = "PARTIAL" if "PARTIAL" in said else "NO"
+            stats.claims.append({"index": p.index, "verdict": verdict, "labels": labels})
         return results, stats
+
+    async def _settle(
+        self, client: JudgeClient, calls: list[_Call], deadline: float, stats: JudgeStats
+    ) -> list[_Outcome]:
+        """Every call's outcome, in order. The client ends every wait of a call by the answer's
+        deadline (a concurrency slot, each attempt, a retry's backoff: `JudgeClient.post`), so
+        no timer of the pass's own is needed; a cancelled pass cancels its calls."""
+
+        async def settle(call: _Call) -> _Outcome:
+            try:
+                return await self._call(client, call, deadline, stats)
+            except Exception as e:  # this call's failure, an infrastructure error for its claims
+                return e
+
+        if len(calls) == 1:
+            return [await settle(calls[0])]  # the usual answer: no task of its own to schedule
+        return list(await asyncio.gather(*map(settle, calls)))
 
 
 def _chat_content(answer: object) -> tuple[str, dict[str, int]]:

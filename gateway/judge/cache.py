@@ -11,10 +11,12 @@ from collections.abc import Callable, Sequence
 __all__ = ["CacheKeys", "VerdictCache", "cache_key"]
 
 
-def _part(h: hashlib.blake2b, part: str) -> None:
+def _part(part: str) -> bytes:
     b = part.encode("utf-8", "surrogatepass")
-    h.update(len(b).to_bytes(8, "big"))
-    h.update(b)
+    return len(b).to_bytes(8, "big") + b
+
+
+_NO_QUESTION = _part("\0none")
 
 
 def _chunk_digest(text: str) -> bytes:
@@ -33,21 +35,27 @@ class CacheKeys:
 
     A fixed-size key: the blake2b-160 digest of model, prompt version, claim and question
     ("\\0none" when there is none), each length-prefixed so none can run into the next, then
-    each chunk's own digest. The model and prompt version are hashed once, and each chunk
-    once however many claims cite it."""
+    each chunk's own digest. The model and prompt version are hashed once (a judge pass keeps
+    one CacheKeys and takes a `fresh` one per answer), and each chunk once per answer however
+    many claims cite it."""
 
     __slots__ = ("_chunks", "_prefix")
 
     def __init__(self, model: str, prompt_version: str) -> None:
-        self._prefix = hashlib.blake2b(digest_size=20)
-        _part(self._prefix, model)
-        _part(self._prefix, prompt_version)
+        self._prefix = hashlib.blake2b(_part(model) + _part(prompt_version), digest_size=20)
         self._chunks: dict[str, bytes] = {}
+
+    def fresh(self) -> CacheKeys:
+        """The same model and prompt version, hashed already, with no chunk remembered: for
+        the next answer (chunk digests are remembered for one answer only)."""
+        keys = CacheKeys.__new__(CacheKeys)
+        keys._prefix = self._prefix
+        keys._chunks = {}
+        return keys
 
     def key(self, claim: str, chunks: Sequence[str], question: str | None) -> bytes:
         h = self._prefix.copy()
-        _part(h, claim)
-        _part(h, question if question is not None else "\0none")
+        h.update(_part(claim) + (_part(question) if question is not None else _NO_QUESTION))
         known = self._chunks
         for text in chunks:
             digest = known.get(text)

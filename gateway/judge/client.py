@@ -6,10 +6,13 @@ of calls in flight.
                         rate_limited, http_5xx, http_4xx, bad_response
                         (all infrastructure errors: a claim never passes on one)
 
-The HTTP/1.1 client is the gateway's own non-blocking upstream client (`gateway.upstream`): the
-same pooling, timeouts and error mapping as the upstream, and it never blocks the event loop.
-Its connection settings (DESIGN §11: proxy, CA bundle, client certificate) come in through
-`connect`, the factory that builds it, so the judge honours whatever the upstream does.
+The HTTP/1.1 client is the gateway's own non-blocking upstream client (`gateway.http1`: its
+keep-alive pool, timeouts and error mapping), and it never blocks the event loop. Its
+connection settings (DESIGN §11: proxy, CA bundle, client certificate) come in through
+`connect`, the factory that builds the pool, so the judge honours whatever the upstream does.
+A call's request head is built once per path; an attempt is one exchange on the pool, bounded
+by the call timeout or the answer's deadline, whichever comes first, with the one timer the
+pool keeps per exchange.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ProtocolError, UpstreamConnectError, UpstreamError, UpstreamTimeout
+from gateway.http1 import Pool
 from gateway.judge.cache import VerdictCache
 from gateway.judge.circuit import Circuit
-from gateway.upstream import Limits, Timeouts, Upstream
+from gateway.upstream import Limits, Timeouts
 from gateway.upstream_tls import UpstreamNetwork
 
 __all__ = [
@@ -37,7 +41,7 @@ __all__ = [
     "use_network",
 ]
 
-UpstreamFactory = Callable[[str, Timeouts, Limits], Upstream]
+UpstreamFactory = Callable[[str, Timeouts, Limits], Pool]
 
 _MAX_BODY = 4 * 1024 * 1024
 _BACKOFF_BASE = 0.05  # seconds; doubled per attempt, jittered ×[0.5, 1.5)
@@ -74,8 +78,12 @@ def use_network(network: UpstreamNetwork | None) -> None:
     _NETWORK = network
 
 
-def _default_upstream(url: str, timeouts: Timeouts, limits: Limits) -> Upstream:
-    return Upstream(url, timeouts, limits, _NETWORK)
+def _default_upstream(url: str, timeouts: Timeouts, limits: Limits) -> Pool:
+    """The judge's connection pool, with the network settings `serve` set (else the process's
+    proxy variables, as the upstream client's default)."""
+    return Pool(url.rstrip("/"), size=limits.pool_size, limit=limits.max_response_bytes,
+                connect=timeouts.connect, read=timeouts.read, total=timeouts.total,
+                network=_NETWORK if _NETWORK is not None else UpstreamNetwork.from_env())
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -109,14 +117,16 @@ class JudgeClient:
         self.max_concurrency = max_concurrency
         self.circuit = circuit if circuit is not None else Circuit(5, 30.0)
         self.cache = cache if cache is not None else VerdictCache(0, 1.0)
-        # Per-call limits are applied with asyncio.timeout; the pool's own are a backstop.
+        # An attempt's bound is given to the pool per exchange; its own are a backstop.
         t = Timeouts(connect=timeout, read=timeout, total=timeout)
-        self._upstream = connect(url, t, Limits(max_response_bytes=_MAX_BODY, pool_size=256))
+        self._pool = connect(url, t, Limits(max_response_bytes=_MAX_BODY, pool_size=256))
+        self._heads: dict[str, bytes] = {}  # the request head per path, up to content-length
         self._headers: list[tuple[str, str]] = [
             ("content-type", "application/json"),
             ("accept", "application/json"),
         ]
-        self._key = api_key
+        if api_key:
+            self._headers.append(("authorization", f"Bearer {api_key}"))
         self._sem: asyncio.Semaphore | None = None
         self._sem_loop: asyncio.AbstractEventLoop | None = None
         self.json_schema = True  # response_format json_schema, until the endpoint refuses it
@@ -140,15 +150,16 @@ class JudgeClient:
     ) -> tuple[dict[str, Any] | list[Any], float]:
         """POST `payload` as JSON (or bytes, JSON already) to `url + path` and return the parsed
         JSON answer and the seconds it took; retried on connect errors, 429 and 5xx within
-        `deadline` (a `time.monotonic()` value). Each attempt is appended to `record`."""
+        `deadline` (a `time.monotonic()` value). Each attempt is appended to `record`.
+
+        Every wait of a call ends by `deadline`: a concurrency slot is waited for until then,
+        an attempt is bounded by the call timeout or the deadline, whichever comes first, and
+        a retry starts only if its backoff ends before it; so the caller needs no timer."""
         body = (
             payload
             if isinstance(payload, bytes)
             else json.dumps(payload, ensure_ascii=False).encode()
         )
-        headers = list(self._headers)
-        if self._key:
-            headers.append(("authorization", f"Bearer {self._key}"))
         attempt = 0
         while True:
             if not self.circuit.allow():
@@ -156,7 +167,7 @@ class JudgeClient:
                 raise JudgeError("circuit_open")
             t0 = time.monotonic()
             try:
-                result = await self._attempt(path, headers, body, deadline)
+                result = await self._attempt(path, body, deadline)
             except JudgeError as e:
                 record.append(CallRecord(e.kind, time.monotonic() - t0))
                 if e.kind == "http_4xx_schema":
@@ -192,42 +203,73 @@ class JudgeClient:
         return base * (0.5 + random.random())
 
     async def _attempt(
-        self, path: str, headers: list[tuple[str, str]], body: bytes, deadline: float
+        self, path: str, body: bytes, deadline: float
     ) -> dict[str, Any] | list[Any]:
-        remaining = min(self.timeout, deadline - time.monotonic())
-        if remaining <= 0:
+        now = time.monotonic()
+        if deadline <= now:
             raise JudgeError("deadline")
-        kind_on_timeout = "timeout" if self.timeout <= deadline - time.monotonic() else "deadline"
+        sem = self._semaphore()
+        if sem.locked():  # every slot taken: wait for one until the deadline (a timer only then)
+            try:
+                async with asyncio.timeout(deadline - now):
+                    await sem.acquire()
+            except TimeoutError:
+                raise JudgeError("deadline") from None
+        else:
+            await sem.acquire()  # free: taken at once
         try:
-            async with self._semaphore():
-                remaining = min(self.timeout, deadline - time.monotonic())
-                if remaining <= 0:
-                    raise JudgeError("deadline")
-                async with asyncio.timeout(remaining):
-                    resp = await self._upstream.request("POST", path, headers, body)
-        except TimeoutError:
+            return await self._exchange(path, body, deadline)
+        finally:
+            sem.release()
+
+    async def _exchange(
+        self, path: str, body: bytes, deadline: float
+    ) -> dict[str, Any] | list[Any]:
+        head = self._heads.get(path)
+        if head is None:
+            head = self._heads[path] = self._pool.request_head("POST", path, self._headers)
+        request = b"".join((head, b"%d\r\n\r\n" % len(body), body))
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        # The attempt's bound: the call timeout, or the answer's deadline when that is sooner
+        # (the pool keeps loop time).
+        if now + self.timeout < deadline:
+            by, kind_on_timeout = now + self.timeout, "timeout"
+        else:
+            by, kind_on_timeout = deadline, "deadline"
+        try:
+            conn = await self._pool.exchange(request, loop.time() + (by - now))
+            try:
+                data = await conn.read_all()
+            finally:
+                conn.finish()  # pooled if read to the end on a keep-alive connection
+        except (UpstreamTimeout, TimeoutError):
             raise JudgeError(kind_on_timeout) from None
-        except UpstreamTimeout:
-            raise JudgeError("timeout") from None
         except UpstreamConnectError as e:
             raise JudgeError("connect", type(e).__name__) from None
         except (UpstreamError, ProtocolError) as e:
             raise JudgeError("bad_response", type(e).__name__) from None
         except OSError as e:
             raise JudgeError("connect", type(e).__name__) from None
-        status = resp.status
+        return self._answer(conn.status, conn.headers, data)
+
+    @staticmethod
+    def _answer(
+        status: int, headers: list[tuple[str, str]], data: bytes
+    ) -> dict[str, Any] | list[Any]:
+        """The parsed JSON of a 2xx answer; every other answer is its JudgeError."""
         if status == 429:
-            raise JudgeError("rate_limited", "429", _retry_after(resp.headers))
+            raise JudgeError("rate_limited", "429", _retry_after(headers))
         if status >= 500:
             raise JudgeError("http_5xx", str(status))
         if status >= 400:
-            if status in (400, 422) and b"response_format" in resp.body[:4096]:
+            if status in (400, 422) and b"response_format" in data[:4096]:
                 raise JudgeError("http_4xx_schema", str(status))
             raise JudgeError("http_4xx", str(status))
         if not 200 <= status < 300:
             raise JudgeError("bad_response", str(status))
         try:
-            parsed = json.loads(resp.body)
+            parsed = json.loads(data)
         except ValueError:
             raise JudgeError("bad_response", "not JSON") from None
         if not isinstance(parsed, dict | list):
@@ -235,7 +277,7 @@ class JudgeClient:
         return parsed
 
     async def aclose(self) -> None:
-        await self._upstream.aclose()
+        self._pool.close_idle()  # busy connections close as their exchanges end
 
 
 _CLIENTS: dict[tuple[object, ...], JudgeClient] = {}

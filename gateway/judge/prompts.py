@@ -14,7 +14,10 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import Any, Literal
+
+from gateway.types import frozen_init
 
 __all__ = [
     "DEFAULT_SYSTEM",
@@ -37,10 +40,13 @@ class PromptFormatError(Exception):
     """The judge's answer does not map one verdict to each claim id sent."""
 
 
+@frozen_init
 @dataclass(frozen=True, slots=True)
 class CallItem:
     """One claim in a call: the id the judge sees, its text, the chunk ids it cites (all
-    chunks of the call when empty) and the question, shown only to interpret the claim."""
+    chunks of the call when empty) and the question, shown only to interpret the claim.
+    The id is the gateway's own (`c1`, `c2`, …: never text from the answer or the context),
+    so it goes into the prompt as it is."""
 
     id: str
     claim: str
@@ -93,8 +99,20 @@ VERDICT_SCHEMA: dict[str, Any] = {
 }
 
 
-def _esc(text: str) -> str:
-    return html.escape(text, quote=True)
+_esc = html.escape  # quote=True: no text can close a tag or an attribute
+
+_FIELDS = re.compile(r"(\{(?:chunks|claims|question|document|claim)\})")
+
+
+def _format_string(template: str, fields: tuple[str, ...]) -> str:
+    """`template` as a `str.format` string: each of its placeholders named in `fields` a
+    replacement field, every other brace doubled (text as written). A call's text is then one
+    `format`, which never searches what it put in for the next field (a passage that says
+    "{claims}" reaches the judge as written)."""
+    return "".join(
+        piece if piece[1:-1] in fields else piece.replace("{", "{{").replace("}", "}}")
+        for piece in _FIELDS.split(template)
+    )
 
 
 class Prompt:
@@ -107,6 +125,8 @@ class Prompt:
         digest = hashlib.sha256(f"{kind}\0{system}\0{template}".encode()).hexdigest()
         self.version = f"{kind}-{digest[:12]}"
         self.system = system
+        fields = ("document", "claim") if kind == "minicheck" else ("chunks", "claims", "question")
+        self._format = _format_string(template, fields).format
 
     @property
     def per_pair(self) -> bool:
@@ -125,27 +145,25 @@ class Prompt:
         """The user message of one call (the system message is `system`, the same for all)."""
         if self.kind == "minicheck":
             (item,) = items
-            document = "\n\n".join(chunks.values())
-            return self.template.replace("{document}", document).replace("{claim}", item.claim)
-        passages = "\n".join(
-            f'<passage id="{_esc(cid)}">\n{_esc(text)}\n</passage>' for cid, text in chunks.items()
-        )
+            return self._format(document="\n\n".join(chunks.values()), claim=item.claim)
+        ids: dict[str, str] = {}  # each chunk id escaped once per call
+        passages = []
+        for cid, text in chunks.items():
+            e = ids[cid] = _esc(cid)
+            passages.append(f'<passage id="{e}">\n{_esc(text)}\n</passage>')
+        cited: dict[tuple[str, ...], str] = {}  # a call's claims mostly cite the same chunks
         lines = []
         for item in items:
-            cites = ",".join(_esc(c) for c in (item.chunks or tuple(chunks)))
-            q = (
-                f"\n  <question>{_esc(item.question)}</question>"
-                if item.question is not None
-                else ""
-            )
-            lines.append(
-                f'<claim id="{_esc(item.id)}" cites="{cites}">{_esc(item.claim)}</claim>{q}'
-            )
-        return (
-            self.template.replace("{chunks}", passages)
-            .replace("{claims}", "\n".join(lines))
-            .replace("{question}", "")
-        )
+            cites = cited.get(item.chunks)
+            if cites is None:
+                cites = cited[item.chunks] = ",".join(
+                    [ids[c] if c in ids else _esc(c) for c in item.chunks or ids]
+                )
+            line = f'<claim id="{item.id}" cites="{cites}">{_esc(item.claim)}</claim>'
+            if item.question is not None:
+                line += f"\n  <question>{_esc(item.question)}</question>"
+            lines.append(line)
+        return self._format(chunks="\n".join(passages), claims="\n".join(lines), question="")
 
     def parse(self, content: str, ids: Sequence[str]) -> dict[str, tuple[Verdict, str]]:
         """{id: (label, rationale)} for exactly the ids sent; PromptFormatError otherwise."""
@@ -156,9 +174,10 @@ class Prompt:
                 raise PromptFormatError("minicheck answer is not Yes or No")
             return {only: ("YES" if m.group(1).lower() == "yes" else "NO", "")}
         text = content.strip()
-        fenced = _FENCE.match(text)
-        if fenced is not None:
-            text = fenced.group(1).strip()
+        if text.startswith("```"):
+            fenced = _FENCE.match(text)
+            if fenced is not None:
+                text = fenced.group(1).strip()
         try:
             data = json.loads(text)
         except ValueError:
@@ -176,11 +195,11 @@ class Prompt:
                 raise PromptFormatError("a verdict names a claim id that was not sent")
             if cid in out:
                 raise PromptFormatError("a claim id has two verdicts")
-            if not isinstance(label, str) or label.strip().upper() not in VERDICTS:
+            verdict = label.strip().upper() if isinstance(label, str) else None
+            if verdict not in VERDICTS:
                 raise PromptFormatError("a verdict has no YES / PARTIAL / NO label")
             rationale = row.get("rationale")
-            verdict: Verdict = label.strip().upper()  # type: ignore[assignment]
-            out[cid] = (verdict, rationale if isinstance(rationale, str) else "")
+            out[cid] = (verdict, rationale if isinstance(rationale, str) else "")  # type: ignore[assignment]
         if len(out) != len(wanted):
             raise PromptFormatError("a claim id has no verdict")
         return out
@@ -208,18 +227,22 @@ class ChatBody:
         )
         self._head = (
             f'{{"model": {_json(model)}, "messages": [{system}{{"role": "user", "content": '
-        )
+        ).encode()
         self._tails = {
-            schema: '}], "temperature": 0'
-            + ("" if prompt.per_pair else f', "response_format": {_json(rf)}')
-            + "}"
+            schema: (
+                '}], "temperature": 0'
+                + ("" if prompt.per_pair else f', "response_format": {_json(rf)}')
+                + "}"
+            ).encode()
             for schema, rf in RESPONSE_FORMATS.items()
         }
 
     def encode(self, user: str, json_schema: bool) -> bytes:
         """The body of a call whose user message is `user`; `json_schema`: the response format
         is the verdict schema (else JSON mode)."""
-        return (self._head + _json(user) + self._tails[json_schema]).encode()
+        # encode_basestring is what json.dumps(ensure_ascii=False) runs for a str, without
+        # building an encoder per call.
+        return b"".join((self._head, encode_basestring(user).encode(), self._tails[json_schema]))
 
 
 def build_prompt(name: str, template: str | None) -> Prompt:
