@@ -208,7 +208,8 @@ class RoutePipeline:
     ) -> tuple[list[ClaimReport], JudgeStats | None]:
         """`reports` with every claim the lexical tier left pending decided by the judge
         (and the checks after `unsupported` run); a crash is an infrastructure error."""
-        pending = [r for r in reports if self.is_pending(r)]
+        waiting = [self.is_pending(r) for r in reports]
+        pending = [r for r, w in zip(reports, waiting, strict=True) if w]
         if not pending or self.judge_pass is None:
             return reports, None
         try:
@@ -219,16 +220,15 @@ class RoutePipeline:
             return [
                 ClaimReport(r.claim, "errored", error_kind="judge_crash", check="unsupported",
                             detail=type(e).__name__)
-                if self.is_pending(r) else r
-                for r in reports
+                if w else r
+                for r, w in zip(reports, waiting, strict=True)
             ], None
         out = []
-        for r in reports:
-            res = results.get(r.claim.index) if self.is_pending(r) else None
-            if res is None:
-                out.append(r)
-            else:
-                out.append(self.verifier.decide_with(r.claim, ctx, "unsupported", res))
+        for r, w in zip(reports, waiting, strict=True):
+            res = results.get(r.claim.index) if w else None
+            # A pending claim without a verdict stays pending: an infrastructure error.
+            out.append(r if res is None else self.verifier.decide_with(
+                r.claim, ctx, "unsupported", res))
         return out, stats
 
     async def resolve_judge(

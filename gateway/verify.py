@@ -67,6 +67,7 @@ class Verifier:
         # Per check in policy order: the facts-reading form of a sync check, or else its
         # plain form (None for a remote check, whose results arrive as `pending`).
         self._plan: list[tuple[int, FactsCheck | None, Check | None]] = []
+        self._position: dict[str, int] = {}  # a check's name -> its place in policy order
         for i, c in enumerate(self.checks):
             if isinstance(c, AsyncCheck):
                 self._remote.append((i, c))
@@ -77,6 +78,7 @@ class Verifier:
                 self._plan.append((i, None, c))
             else:
                 raise TypeError(f"{c!r} is neither a sync nor an async check")
+            self._position.setdefault(c.name, i)
         # The usual policy has facts-reading checks only: their bound methods, looped over
         # without the dispatch above.
         self._facts_only: list[tuple[int, Callable[[ClaimFacts], CheckResult]]] | None = None
@@ -268,17 +270,27 @@ class Verifier:
     def decide_with(
         self, claim: Claim, ctx: ContextSet, check: str, result: CheckResult
     ) -> ClaimReport:
-        """The claim's verdict with the check named `check` giving `result` (the judge pass's
-        verdict for `unsupported`) and every other check run as usual, in policy order."""
+        """The verdict of a claim whose verification stopped at the check named `check` with
+        its result left for later (the judge pass's verdict for `unsupported`), that result
+        now being `result`. The checks before it passed in that verification and are not run
+        again; the ones after it run as usual, in policy order. A check the policy does not
+        have is a crash, never a pass."""
         if claim.exempt:
             return ClaimReport(claim, "exempt")
-        facts = ClaimFacts(claim, ctx)
-        for i, fast, plain in self._plan:
+        at = self._position.get(check)
+        if at is None:
+            return ClaimReport(claim, "errored", error_kind="crash", check=check,
+                               detail="no such check in the policy")
+        report = self._report(claim, at, result)
+        if report is not None:
+            return report
+        facts: ClaimFacts | None = None
+        for i, fast, plain in self._plan[at + 1 :]:
             r: object
             try:
-                if self.checks[i].name == check:
-                    r = result
-                elif fast is not None:
+                if fast is not None:
+                    if facts is None:
+                        facts = ClaimFacts(claim, ctx)
                     r = fast.check(facts)
                 elif plain is not None:
                     r = plain.run(claim, ctx)

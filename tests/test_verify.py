@@ -376,3 +376,37 @@ def test_shared_claim_facts_give_the_verdicts_of_checks_run_alone(
             assert (report.check, report.reason, report.detail) == (
                 first.check, first.reason, first.detail
             )
+
+
+class _Counted(FactsCheck):
+    """A check that counts its runs and gives a fixed result."""
+
+    def __init__(self, name: str, result: CheckResult | None = None) -> None:
+        self.name = name
+        self.result = result if result is not None else CheckResult.ok(name)
+        self.runs = 0
+
+    def check(self, facts: ClaimFacts) -> CheckResult:
+        self.runs += 1
+        return self.result
+
+
+def test_decide_with_runs_only_the_checks_after_the_one_decided() -> None:
+    """The judge pass's verdict settles `unsupported`; the checks before it passed when the
+    claim was verified and are not run again, the ones after it run in policy order."""
+    before = _Counted("before")
+    after = _Counted("after", CheckResult.fail("after", "number_mismatch"))
+    v = Verifier(make_policy(), checks=[before, _Counted("unsupported"), after])
+    (claim,) = v.claims(answer("The plant opened in 2021 [a:1]."))
+    yes = CheckResult.ok("unsupported")
+    no = CheckResult.fail("unsupported", "unsupported")
+    failed = v.decide_with(claim, CTX, "unsupported", yes)
+    assert (failed.verdict, failed.reason, failed.check) == ("failed", "number_mismatch", "after")
+    assert (before.runs, after.runs) == (0, 1)
+    refused = v.decide_with(claim, CTX, "unsupported", no)
+    assert (refused.verdict, refused.reason) == ("failed", "unsupported")
+    assert after.runs == 1  # a failing verdict decides: nothing after it runs
+    after.result = CheckResult.ok("after")
+    assert v.decide_with(claim, CTX, "unsupported", yes).verdict == "verified"
+    unknown = v.decide_with(claim, CTX, "judge", yes)
+    assert (unknown.verdict, unknown.error_kind) == ("errored", "crash")
