@@ -31,7 +31,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from gateway.decoding import ACCEPT_ENCODING, DECODABLE
-from gateway.errors import InputError, UpstreamConnectError
+from gateway.errors import InputError
 from gateway.http1 import Connection, Headers, Pool, add_base_query
 from gateway.upstream_tls import UpstreamNetwork
 
@@ -276,25 +276,9 @@ class Upstream:
         """A connection whose exchange has its final response head in."""
         request = self._encode(method, path_qs, headers, body)
         deadline = asyncio.get_running_loop().time() + self.timeouts.total
-        retry = True
-        fresh = False
-        while True:
-            conn = await self._pool.acquire(deadline, fresh=fresh)
-            reused = conn.used
-            try:
-                await conn.start(request, deadline, method == "HEAD")
-            except BaseException as e:
-                conn.finish()  # not done: closed, never pooled
-                if retry and reused and not conn.received_any and isinstance(
-                    e, UpstreamConnectError
-                ):
-                    # A keep-alive connection the upstream closed as the request went out
-                    # (DESIGN §11): once more, on a connection opened for it.
-                    retry = False
-                    fresh = True
-                    continue
-                raise
-            return conn
+        # A reused keep-alive connection the upstream closed as the request went out is
+        # retried once on a fresh one (DESIGN §11): the pool's `exchange` does it.
+        return await self._pool.exchange(request, deadline, is_head=method == "HEAD")
 
     async def request(
         self, method: str, path_qs: str, headers: Headers, body: bytes
