@@ -176,6 +176,20 @@ def sse_events(raw: bytes) -> list[tuple[str | None, str]]:
     return events
 
 
+def sse_objects(raw: bytes) -> list[dict[str, Any]]:
+    """The JSON objects among the data of the SSE events a client received (`[DONE]`, other
+    text and JSON that is not an object left out), in order."""
+    out = []
+    for _, data in sse_events(raw):
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
 def split_random(data: bytes, *, seed: int = 0, max_piece: int = 16) -> list[bytes]:
     """`data` cut at random byte boundaries (pieces of 1..max_piece bytes), reproducibly."""
     rng = random.Random(seed)

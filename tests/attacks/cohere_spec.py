@@ -5,7 +5,6 @@ their sources, unknown events, an errored `message-end`)."""
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +22,7 @@ from tests.attacks.protocols import (
     ProtocolSpec,
     _sse_line_plants,
 )
-from tests.upstream_app import sse_events
+from tests.upstream_app import sse_objects
 
 Json = dict[str, Any]
 _ID = "9d2c7a10-aaaa-4bbb-8ccc-0123456789ab"
@@ -61,12 +60,8 @@ def _frames(text: str) -> list[bytes]:
 def _answer_text(resp: RawResponse) -> str:
     if "event-stream" in (resp.header("content-type") or ""):
         out = []
-        for _, data in sse_events(resp.body):
-            try:
-                obj = json.loads(data)
-            except ValueError:
-                continue
-            if isinstance(obj, dict) and obj.get("type") == "content-delta":
+        for obj in sse_objects(resp.body):
+            if obj.get("type") == "content-delta":
                 piece = (((obj.get("delta") or {}).get("message") or {}).get("content") or {})
                 if isinstance(piece.get("text"), str):
                     out.append(piece["text"])

@@ -33,7 +33,7 @@ from tests.upstream_app import (
     anthropic_body,
     openai_body,
     rag_body,
-    sse_events,
+    sse_objects,
 )
 
 Mode = Literal["json", "buffer", "progressive"]
@@ -198,13 +198,7 @@ def _oa_answer_text(resp: RawResponse) -> str:
     ctype = resp.header("content-type") or ""
     if "event-stream" in ctype:
         out = []
-        for _, data in sse_events(resp.body):
-            if data.strip() == "[DONE]":
-                continue
-            try:
-                obj = json.loads(data)
-            except ValueError:
-                continue
+        for obj in sse_objects(resp.body):
             for choice in obj.get("choices") or []:
                 piece = (choice.get("delta") or {}).get("content")
                 if isinstance(piece, str):
@@ -638,15 +632,11 @@ def _an_answer_text(resp: RawResponse) -> str:
     ctype = resp.header("content-type") or ""
     if "event-stream" in ctype:
         out = []
-        for _, data in sse_events(resp.body):
-            try:
-                obj = json.loads(data)
-            except ValueError:
-                continue
-            delta = obj.get("delta") if isinstance(obj, dict) else None
+        for obj in sse_objects(resp.body):
+            delta = obj.get("delta")
             if isinstance(delta, dict) and delta.get("type") == "text_delta":
                 out.append(str(delta.get("text", "")))
-            block = obj.get("content_block") if isinstance(obj, dict) else None
+            block = obj.get("content_block")
             if isinstance(block, dict) and block.get("type") == "text":
                 out.append(str(block.get("text", "")))
         return "".join(out)

@@ -25,7 +25,7 @@ from tests.attacks.protocols import (
     ProtocolSpec,
     _sse_line_plants,
 )
-from tests.upstream_app import sse_events
+from tests.upstream_app import sse_objects
 
 Json = dict[str, Any]
 PATH = "/v1/responses"
@@ -75,15 +75,11 @@ def frames(text: str) -> list[bytes]:
 def answer_text(resp: RawResponse) -> str:
     """The first message's output_text (deltas, in a stream)."""
     if "event-stream" in (resp.header("content-type") or ""):
-        out = []
-        for _, data in sse_events(resp.body):
-            try:
-                obj = json.loads(data)
-            except ValueError:
-                continue
-            if isinstance(obj, dict) and obj.get("type") == "response.output_text.delta":
-                out.append(str(obj.get("delta", "")))
-        return "".join(out)
+        return "".join(
+            str(obj.get("delta", ""))
+            for obj in sse_objects(resp.body)
+            if obj.get("type") == "response.output_text.delta"
+        )
     try:
         for item in resp.json()["output"]:
             if item.get("type") == "message":
