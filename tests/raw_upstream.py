@@ -63,6 +63,9 @@ class _Handler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         sock: socket.socket = self.request
         sock.settimeout(5.0)
+        # Each reply part goes out when it is written, as an upstream's would (no Nagle wait
+        # for the gateway's delayed ACK between the parts).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         data = b""
         while b"\r\n\r\n" not in data:
             got = sock.recv(65536)
