@@ -252,20 +252,7 @@ class Verifier:
                 if report is not None:
                     return report
             return ClaimReport(claim, "verified")
-        for i, fast, plain in self._plan:
-            try:
-                if fast is not None:
-                    r = fast.check(facts)
-                elif plain is not None:
-                    r = plain.run(claim, ctx)
-                else:
-                    r = pending[i][k]
-            except Exception as exc:  # a check bug must not release an unverified claim
-                r = CheckResult.error(self.checks[i].name, "crash", type(exc).__name__)
-            report = self._report(claim, i, r)
-            if report is not None:
-                return report
-        return ClaimReport(claim, "verified")
+        return self._from_plan(claim, ctx, facts, 0, lambda i: pending[i][k])
 
     def decide_with(
         self, claim: Claim, ctx: ContextSet, check: str, result: CheckResult
@@ -284,18 +271,30 @@ class Verifier:
         report = self._report(claim, at, result)
         if report is not None:
             return report
-        facts: ClaimFacts | None = None
-        for i, fast, plain in self._plan[at + 1 :]:
-            r: object
+        return self._from_plan(
+            claim, ctx, ClaimFacts(claim, ctx), at + 1,
+            lambda i: CheckResult.error(self.checks[i].name, "async_unavailable"),
+        )
+
+    def _from_plan(
+        self,
+        claim: Claim,
+        ctx: ContextSet,
+        facts: ClaimFacts,
+        start: int,
+        remote: Callable[[int], object],
+    ) -> ClaimReport:
+        """The claim's verdict from the checks of the plan from `start` on, in policy order:
+        the first that does not pass decides. `remote(i)` is remote check `i`'s result."""
+        r: object
+        for i, fast, plain in self._plan[start:]:
             try:
                 if fast is not None:
-                    if facts is None:
-                        facts = ClaimFacts(claim, ctx)
                     r = fast.check(facts)
                 elif plain is not None:
                     r = plain.run(claim, ctx)
                 else:
-                    r = CheckResult.error(self.checks[i].name, "async_unavailable")
+                    r = remote(i)
             except Exception as exc:  # a check bug must not release an unverified claim
                 r = CheckResult.error(self.checks[i].name, "crash", type(exc).__name__)
             report = self._report(claim, i, r)

@@ -222,7 +222,7 @@ class JudgePass:
         keys = self.keys.fresh()  # chunks cited twice hashed once
         for p in pending:
             claim, index = p.claim, p.index
-            q = self._question_for(claim, question) if question is not None else None
+            q = self._question_for(claim, question)
             # What the judge answers for this claim: (unit, its chunks' ids, their texts).
             units: list[tuple[str, tuple[str, ...], tuple[str, ...]]]
             if self.pair_level:
