@@ -42,6 +42,7 @@ import structlog
 from gateway.decoding import DECODABLE, Decoder, make_decoder
 from gateway.errors import (
     GatewayError,
+    InputError,
     ProtocolError,
     UpstreamConnectError,
     UpstreamTimeout,
@@ -568,23 +569,27 @@ class Pool:
                 raise
             return conn
 
-    def request_head(self, method: str, path_qs: str, headers: Headers) -> bytes:
-        """The head of a request that carries a body, up to its content-length value (the
-        caller appends the length, the empty line and the body): the request line (the
-        pool's target, the base URL's query parameters the path lacks), host, the pool's own
-        fields, then `headers`. ValueError when any of them carries a line break or NUL."""
+    def request_head(
+        self, method: str, path_qs: str, headers: Headers, *, body: bool = True
+    ) -> bytes:
+        """The head of a request as it goes on the wire: the request line (the pool's target,
+        the client's path and query byte for byte, the base URL's query parameters the path
+        lacks), host, the pool's own fields, then `headers`. With `body` it ends at the
+        content-length value (the caller appends the length, the empty line and the body);
+        without, with the empty line. InputError when any of them carries a line break or NUL."""
         if self.query:
             path_qs = add_base_query(path_qs, self.query)
         parts = [method, " ", self.target, path_qs, " HTTP/1.1\r\nhost: ", self.host_header,
                  "\r\n", self.own_fields]
         for name, value in headers:
             parts += (name, ": ", value, "\r\n")
-        parts.append("content-length: ")
+        parts.append("content-length: " if body else "\r\n")
         head = "".join(parts)
         # One line per field and nothing else: no name, value or path may break a line.
-        lines = len(headers) + 2 + (1 if self.own_fields else 0)
+        # Request line, host, the pool's own fields, `headers`, and the empty line if no body.
+        lines = len(headers) + 2 + (1 if self.own_fields else 0) + (0 if body else 1)
         if head.count("\n") != lines or head.count("\r") != lines or "\0" in head:
-            raise ValueError("a request header or the path carries a line break or NUL")
+            raise InputError("a request header or the path carries a line break or NUL")
         return head.encode("latin-1")
 
     def log_failure(self, err: GatewayError) -> None:

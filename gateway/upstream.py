@@ -31,8 +31,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from gateway.decoding import ACCEPT_ENCODING, DECODABLE
-from gateway.errors import InputError
-from gateway.http1 import Connection, Headers, Pool, add_base_query
+from gateway.http1 import Connection, Headers, Pool
 from gateway.upstream_tls import UpstreamNetwork
 
 __all__ = [
@@ -248,27 +247,13 @@ class Upstream:
             total=t.total,
             network=network if network is not None else UpstreamNetwork.from_env(),
         )
-        self._host = f"\r\nhost: {self._pool.host_header}\r\n{self._pool.own_fields}"
 
     def _encode(self, method: str, path_qs: str, headers: Headers, body: bytes) -> bytes:
         """The request as it goes on the wire: the client's path and query byte for byte."""
-        pool = self._pool
-        if pool.query:
-            path_qs = add_base_query(path_qs, pool.query)
-        parts = [method, " ", pool.target, path_qs, " HTTP/1.1", self._host]
-        for name, value in headers:
-            parts += (name, ": ", value, "\r\n")
-        # request line, host, the pool's own fields, the client's, the empty line
-        lines = len(headers) + 3 + (1 if pool.own_fields else 0)
         if body or method not in _BODILESS_METHODS:
-            parts += ("content-length: ", str(len(body)), "\r\n")
-            lines += 1
-        parts.append("\r\n")
-        head = "".join(parts)
-        # One line per field and nothing else: no name, value or path may break a line.
-        if head.count("\n") != lines or head.count("\r") != lines or "\0" in head:
-            raise InputError("a request header or the path carries a line break or NUL")
-        return head.encode("latin-1") + body
+            head = self._pool.request_head(method, path_qs, headers)
+            return b"".join((head, b"%d\r\n\r\n" % len(body), body))
+        return self._pool.request_head(method, path_qs, headers, body=False)
 
     async def _open(
         self, method: str, path_qs: str, headers: Headers, body: bytes
