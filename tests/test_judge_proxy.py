@@ -238,3 +238,29 @@ def test_progressive_releases_claims_in_order_as_verdicts_arrive(
     # call did not wait for the stream to end.
     first = deltas[0][0]
     assert first < total - 0.3, (first, total)
+
+
+@pytest.mark.parametrize("streaming", ["buffer", "progressive"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_sentence_the_judge_refuses_is_in_no_byte_of_the_response(
+    upstream_url: str, judge_url: str, tmp_path: Path, streaming: str, stream: bool
+) -> None:
+    """A real chunk id next to a sentence the judge says NO to: stripped, and nothing of it
+    in the status line, any header or any body or stream byte; the supported one goes out."""
+    body = {
+        "model": "m",
+        "stream": stream,
+        "messages": [{"role": "system", "content": CONTEXT},
+                     {"role": "user", "content": "sse-two" if stream else "json-two"}],
+    }
+    for gw in _gateway(tmp_path, upstream_url, judge_url, streaming=streaming,
+                       on_unverified="strip"):
+        with httpx.Client(timeout=10) as client, client.stream(
+            "POST", f"{gw.url}/v1/chat/completions", json=body
+        ) as r:
+            raw = b"%d %s\r\n" % (r.status_code, r.reason_phrase.encode())
+            raw += b"".join(k + b": " + v + b"\r\n" for k, v in r.headers.raw)
+            raw += b"\r\n" + r.read()
+    assert r.status_code == 200, raw
+    assert b"Bergen" not in raw
+    assert b"Oslo" in raw
