@@ -212,7 +212,13 @@ class _OneAtATime:
         self.sock: socket.socket | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.complete = False
+        self.keep_alive = False
         self.status = 0
+
+    def on_headers_complete(self) -> None:
+        # Read here: once the message is complete, httptools' parser has reset and
+        # `should_keep_alive()` answers False for every response.
+        self.keep_alive = self.parser.should_keep_alive()
 
     def on_message_complete(self) -> None:
         self.complete = True
@@ -232,7 +238,7 @@ class _OneAtATime:
                 raise ConnectionError("closed before the response ended")
             self.parser.feed_data(data)
         elapsed = time.perf_counter() - t0
-        if not self.parser.should_keep_alive():
+        if not self.keep_alive:
             self.close()
         return elapsed, 200 <= self.parser.get_status_code() < 300
 
