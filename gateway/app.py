@@ -24,7 +24,7 @@ from gateway.jsonio import dumps
 from gateway.judge.client import close_clients as close_judge_clients
 from gateway.limits import HANGUP
 from gateway.metrics import Metrics
-from gateway.pipeline import Judgement, KnownVerdicts, Pipelines, RoutePipeline
+from gateway.pipeline import Judgement, KnownVerdicts, Pipelines, RequestContext, RoutePipeline
 from gateway.policy import PolicyStore
 from gateway.protocols.base import RequestInfo
 from gateway.protocols.fields import loads_unique
@@ -123,7 +123,7 @@ class ProxyApp:
 
 def _judge(
     pipeline: RoutePipeline,
-    request: dict[str, Any],
+    request: RequestContext,
     body: bytes,
     up_headers: list[tuple[str, str]],
     verifier: StreamVerifier | None,
@@ -511,7 +511,7 @@ class _Exchange:
     async def _call_upstream(
         self,
         pipeline: RoutePipeline,
-        request: dict[str, Any],
+        request: RequestContext,
         request_raw: bytes,
         headers: list[tuple[str, str]],
         stream: bool,
@@ -520,16 +520,19 @@ class _Exchange:
 
         A 2xx stream is verified claim by claim while it arrives (a StreamVerifier is returned
         with what it found), so little is left to check when it ends. Raises ProtocolError for
-        a stream that does not parse or a malformed context header.
+        a stream that does not parse or a malformed context header. The request's context is
+        read while the upstream answers.
         """
         t0 = time.perf_counter()
         try:
             if not stream:
                 method = self.scope["method"]
-                resp = await self.app.upstream.request(method, self.path_qs, headers, request_raw)
+                resp = await self.app.upstream.request(
+                    method, self.path_qs, headers, request_raw, meanwhile=request
+                )
                 return resp.status, resp.headers, resp.body, None
             async with self.app.upstream.stream(
-                self.scope["method"], self.path_qs, headers, request_raw
+                self.scope["method"], self.path_qs, headers, request_raw, meanwhile=request
             ) as s:
                 if not 200 <= s.status < 300:
                     return s.status, s.headers, await s.read(), None
@@ -591,15 +594,16 @@ class _Exchange:
             if pipeline.adapter.retries and self.scope["method"] == "POST"
             else 0
         )
+        request_ctx = RequestContext(pipeline, request)  # a retry's request adds no context
         for attempt in range(attempts):
             try:
                 status, up_headers, body, verifier = await self._call_upstream(
-                    pipeline, request, raw, headers, stream
+                    pipeline, request_ctx, raw, headers, stream
                 )
                 if not 200 <= status < 300:
                     await self._relay_error(pipeline, status, up_headers, body)
                     return
-                args = (pipeline, request, body, up_headers, verifier)
+                args = (pipeline, request_ctx, body, up_headers, verifier)
                 if verifier is None:
                     answer, judgement, verify_seconds = await self.app.turns.run(_judge, *args)
                 else:
@@ -676,14 +680,17 @@ class _Exchange:
         include_usage: bool,
     ) -> None:
         t0 = time.perf_counter()
-        async with self.app.upstream.stream(self.scope["method"], self.path_qs, headers, raw) as s:
+        request_ctx = RequestContext(pipeline, request)
+        async with self.app.upstream.stream(
+            self.scope["method"], self.path_qs, headers, raw, meanwhile=request_ctx
+        ) as s:
             if not 200 <= s.status < 300:
                 body = await s.read()
                 self.upstream_seconds += time.perf_counter() - t0
                 await self._relay_error(pipeline, s.status, s.headers, body)
                 return
             try:
-                ctx = pipeline.context(request, None, dict(s.headers))
+                ctx = pipeline.context(request_ctx, None, dict(s.headers))
             except ProtocolError as e:
                 await self._error(pipeline, 502, "bad_upstream_answer", str(e))
                 return

@@ -456,11 +456,16 @@ def build_context(
     response: object = None,
     headers: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
     rag: RagSpec | None = None,
+    prepared: ContextSet | None = None,
 ) -> ContextSet:
-    """The context set for one exchange, from the sources `spec.from_` names, in that order."""
+    """The context set for one exchange, from the sources `spec.from_` names, in that order.
+    `prepared`: the request's context already read (`request_context`), used in place of
+    reading `request` again."""
     ctx = ContextSet()
     for source in spec.from_:
-        if source == "request" and request is not None:
+        if source == "request" and prepared is not None:
+            ctx.update(prepared)
+        elif source == "request" and request is not None:
             request_context(protocol, request, spec, ctx)
         elif source == "response" and response is not None and rag is not None:
             ctx.extend(response_chunks(response, rag))

@@ -33,6 +33,7 @@ import asyncio
 import socket
 import ssl
 from collections import deque
+from collections.abc import Callable
 from typing import cast
 from urllib.parse import unquote_plus, urlsplit
 
@@ -543,21 +544,28 @@ class Pool:
             self._wake_one()
             raise
 
-    async def exchange(self, request: bytes, deadline: float, *, is_head: bool = False
-                       ) -> Connection:
+    async def exchange(self, request: bytes, deadline: float, *, is_head: bool = False,
+                       meanwhile: Callable[[], object] | None = None) -> Connection:
         """`request` (head and body, as they go on the wire) sent by `deadline` (loop time):
         the connection once the final response's head is in, its body still to be read
         (`read_all` / `next_chunk`) and the exchange then `finish`ed. A reused keep-alive
         connection the upstream closed as the request went out (DESIGN §11: it fails with
         UpstreamConnectError before any byte of an answer) is retried once on a connection
-        opened for it; a fresh connection that fails, or any answer byte, never is."""
+        opened for it; a fresh connection that fails, or any answer byte, never is.
+
+        `meanwhile` is called once, as soon as the request is written and before its answer is
+        awaited: work that needs only the request is done while the upstream answers."""
         retry = True
         fresh = False
         while True:
             conn = await self.acquire(deadline, fresh=fresh)
             reused = conn.used
             try:
-                await conn.start(request, deadline, is_head)
+                head = conn.start(request, deadline, is_head)
+                if meanwhile is not None:
+                    meanwhile()
+                    meanwhile = None
+                await head
             except BaseException as e:
                 conn.finish()  # not done: closed, never pooled
                 if retry and reused and not conn.received_any and isinstance(

@@ -14,7 +14,7 @@ from typing import Any
 
 from gateway.checks.base import cited_chunks, claim_body
 from gateway.checks.judge import PENDING, JudgePass, JudgeStats, Pending, last_user_text
-from gateway.context import build_context
+from gateway.context import build_context, request_context
 from gateway.jsonio import dumps
 from gateway.policy import LoadedPolicy, Route
 from gateway.protocols import ADAPTERS
@@ -53,6 +53,41 @@ class Rendered:
     unchanged: bool  # True when `body` is the upstream's bytes
 
 
+class RequestContext:
+    """The context a request carries, read once: as soon as the request has gone upstream
+    (the client's `meanwhile` calls it), so that the reading is done while the upstream
+    answers, or else when it is first needed. A failure is kept and raised where the context
+    is needed, as if it had been read there."""
+
+    __slots__ = ("_ctx", "_error", "_policy", "_protocol", "_request")
+
+    def __init__(self, pipeline: RoutePipeline, request: Mapping[str, Any]) -> None:
+        self._protocol = pipeline.route.protocol
+        self._policy = pipeline.policy
+        self._request = request
+        self._ctx: ContextSet | None = None
+        self._error: Exception | None = None
+
+    def __call__(self) -> None:
+        """Read the request's context unless it was read; never raises."""
+        if self._ctx is None and self._error is None:
+            spec = self._policy.context
+            try:
+                self._ctx = (
+                    request_context(self._protocol, self._request, spec)
+                    if "request" in spec.from_ else ContextSet()
+                )
+            except Exception as e:  # raised where the context is needed
+                self._error = e
+
+    def read(self) -> ContextSet:
+        self()
+        if self._error is not None:
+            raise self._error
+        assert self._ctx is not None
+        return self._ctx
+
+
 class RoutePipeline:
     """Everything needed to judge answers on one route, built once."""
 
@@ -73,11 +108,15 @@ class RoutePipeline:
 
     def context(
         self,
-        request_body: Mapping[str, Any] | None,
+        request_body: Mapping[str, Any] | RequestContext | None,
         response_body: Mapping[str, Any] | None,
         response_headers: Mapping[str, str] | None,
     ) -> ContextSet:
-        """The trusted context of one exchange; a malformed context header raises ProtocolError."""
+        """The trusted context of one exchange, the request's read from its body or taken from
+        a `RequestContext`; a malformed context header raises ProtocolError."""
+        prepared = None
+        if isinstance(request_body, RequestContext):
+            prepared, request_body = request_body.read(), None
         return build_context(
             self.route.protocol,
             self.policy.context,
@@ -85,6 +124,7 @@ class RoutePipeline:
             response=response_body,
             headers=response_headers,
             rag=self.route.rag,
+            prepared=prepared,
         )
 
     def judge(

@@ -136,6 +136,17 @@ class ContextSet:
         for c in chunks:
             self.add(c)
 
+    def update(self, other: ContextSet) -> None:
+        """Add what `other` holds, as if its sources had been read into this set: its chunks
+        in order (`add` keeps the first with text, whichever set holds it), its documents and
+        search results after these, its rejections counted with these."""
+        for c in other.chunks.values():
+            self.add(c)
+        self.documents += other.documents
+        self.search_results += other.search_results
+        for why, n in other.rejected.items():
+            self.rejected[why] = self.rejected.get(why, 0) + n
+
     def get(self, chunk_id: str) -> Chunk | None:
         return self.chunks.get(chunk_id)
 

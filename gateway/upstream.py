@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -256,20 +256,24 @@ class Upstream:
         return self._pool.request_head(method, path_qs, headers, body=False)
 
     async def _open(
-        self, method: str, path_qs: str, headers: Headers, body: bytes
+        self, method: str, path_qs: str, headers: Headers, body: bytes,
+        meanwhile: Callable[[], object] | None,
     ) -> Connection:
         """A connection whose exchange has its final response head in."""
         request = self._encode(method, path_qs, headers, body)
         deadline = asyncio.get_running_loop().time() + self.timeouts.total
         # A reused keep-alive connection the upstream closed as the request went out is
         # retried once on a fresh one (DESIGN §11): the pool's `exchange` does it.
-        return await self._pool.exchange(request, deadline, is_head=method == "HEAD")
+        return await self._pool.exchange(request, deadline, is_head=method == "HEAD",
+                                         meanwhile=meanwhile)
 
     async def request(
-        self, method: str, path_qs: str, headers: Headers, body: bytes
+        self, method: str, path_qs: str, headers: Headers, body: bytes,
+        meanwhile: Callable[[], object] | None = None,
     ) -> UpstreamResponse:
-        """One exchange, the decoded body read whole (bounded by `max_response_bytes`)."""
-        conn = await self._open(method, path_qs, headers, body)
+        """One exchange, the decoded body read whole (bounded by `max_response_bytes`).
+        `meanwhile` runs once the request is written, while the upstream answers."""
+        conn = await self._open(method, path_qs, headers, body, meanwhile)
         try:
             data = await conn.read_all()
         finally:
@@ -279,11 +283,13 @@ class Upstream:
 
     @asynccontextmanager
     async def stream(
-        self, method: str, path_qs: str, headers: Headers, body: bytes
+        self, method: str, path_qs: str, headers: Headers, body: bytes,
+        meanwhile: Callable[[], object] | None = None,
     ) -> AsyncIterator[UpstreamStream]:
         """The response as it arrives; the connection is pooled (or, if the body was not read
-        to the end, closed) when the block exits."""
-        conn = await self._open(method, path_qs, headers, body)
+        to the end, closed) when the block exits. `meanwhile` runs once the request is
+        written, while the upstream answers."""
+        conn = await self._open(method, path_qs, headers, body, meanwhile)
         if conn.error is not None:
             # The answer failed with its head (a body that does not decode, bad framing): the
             # caller learns it before it starts relaying, while a clean error can still be sent.

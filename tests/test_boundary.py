@@ -452,6 +452,27 @@ def test_a_bug_while_judging_is_an_error_answer(
     assert MARKER not in r.text
 
 
+@routes([*JSON_ROUTES, *SSE_ROUTES])
+def test_a_bug_while_reading_the_requests_context_is_an_error_answer(
+    env: Env, route: Route, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request's context is read while the upstream answers, outside every await of the
+    exchange: a failure there is kept and raised where the context is needed, so the answer
+    is never judged against a context missing its request's part."""
+    import gateway.pipeline
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError(MARKER)
+
+    monkeypatch.setattr(gateway.pipeline, "request_context", broken)
+    before = len(env.raw.heads)
+    r, rid = route.send(env, env.raw.on(_good_reply(route)))
+    # A progressive stream too is refused before it begins: its context is needed first.
+    route.assert_failed(env, r, rid)
+    assert MARKER not in r.text
+    assert len(env.raw.heads) == before + 1  # forwarded before its context was read
+
+
 def test_a_bug_before_routing_is_a_gateway_json_error(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,8 +7,10 @@ import hashlib
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gateway.types import Chunk, Citation, ContextSet, frozen_init
+from gateway.types import Chunk, Citation, ContextSet, Document, frozen_init
 
 
 def reference_fingerprint(chunks: list[Chunk]) -> str:
@@ -115,3 +117,43 @@ def test_the_per_claim_values_keep_their_frozen_dataclass_behaviour() -> None:
     assert dataclasses.replace(c, id="doc:2").id == "doc:2"
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.id = "x"  # type: ignore[misc]
+
+
+_chunk = st.builds(
+    Chunk,
+    id=st.sampled_from(["a", "b", "c", "doc:1"]),
+    text=st.one_of(st.none(), st.sampled_from(["one", "two", ""])),
+    version=st.one_of(st.none(), st.sampled_from(["1", "2"])),
+)
+
+
+@given(st.lists(st.lists(_chunk, max_size=5), min_size=1, max_size=4))
+def test_update_with_a_set_read_apart_is_reading_its_chunks_in_place(
+    sources: list[list[Chunk]],
+) -> None:
+    """A request's context read on its own (while the upstream answers) and then merged with
+    `update` gives the set that reading every source, in order, into one set gives: the same
+    chunks in the same order, the first with text kept for an id."""
+    direct = ContextSet()
+    for chunks in sources:
+        direct.extend(chunks)
+    merged = ContextSet()
+    for chunks in sources:
+        apart = ContextSet()
+        apart.extend(chunks)
+        apart.rejected["untrusted_role"] = len(chunks)
+        merged.update(apart)
+    assert list(merged.chunks.items()) == list(direct.chunks.items())
+    assert merged.fingerprint == direct.fingerprint
+    assert merged.rejected == ({"untrusted_role": sum(map(len, sources))})
+
+
+def test_update_appends_documents_and_search_results_after_those_already_read() -> None:
+    first, second = ContextSet(), ContextSet()
+    d1, d2 = Document(0, "text", "one"), Document(0, "text", "two")
+    first.documents.append(d1)
+    second.documents.append(d2)
+    second.search_results.append(d1)
+    first.update(second)
+    assert first.documents == [d1, d2]
+    assert first.search_results == [d1]

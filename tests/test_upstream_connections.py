@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -134,6 +135,54 @@ async def test_no_retry_for_a_fresh_connection() -> None:
         finally:
             await up.aclose()
     assert len(accepted) == 1
+
+
+async def test_meanwhile_runs_once_the_request_is_on_the_wire_and_before_its_answer() -> None:
+    """`meanwhile` (work that needs only the request, done while the upstream answers) is
+    called once the upstream can read the request: it sees the request arrive while it runs,
+    and the answer is sent only after it has returned."""
+    arrived, answered = threading.Event(), threading.Event()
+    seen: list[bytes] = []
+
+    def serve_one(sock: socket.socket) -> None:
+        data = b""
+        while not data.endswith(b"\r\n\r\n{}"):
+            data += sock.recv(65536)
+        seen.append(data)
+        arrived.set()
+        answered.wait(5)
+        sock.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+
+    calls: list[bool] = []
+
+    def meanwhile() -> None:
+        calls.append(arrived.wait(5))  # blocks the loop: only a request already sent arrives
+        answered.set()
+
+    with listening(serve_one) as port:
+        up = Upstream(f"http://127.0.0.1:{port}", TIMEOUTS, network=UpstreamNetwork())
+        try:
+            assert (await up.request("POST", "/", [], b"{}", meanwhile=meanwhile)).body == b"ok"
+        finally:
+            await up.aclose()
+    assert calls == [True]
+    assert len(seen) == 1
+
+
+async def test_meanwhile_runs_once_when_the_request_is_sent_again() -> None:
+    """The keep-alive retry sends the request a second time; `meanwhile` is not run twice."""
+    origin = Origin(body=b"ok", hang_up_reused=True)
+    calls: list[int] = []
+    with listening(origin.handle) as port:
+        up = Upstream(f"http://127.0.0.1:{port}", TIMEOUTS, network=UpstreamNetwork())
+        try:
+            assert (await up.request("POST", "/warm", [], b"{}")).body == b"ok"
+            async with up.stream("POST", "/x", [], b"{}", meanwhile=lambda: calls.append(1)) as s:
+                assert await s.read() == b"ok"
+        finally:
+            await up.aclose()
+    assert [x.line.split()[1] for x in origin.seen] == ["/warm", "/x", "/x"]  # sent again
+    assert calls == [1]
 
 
 # ------------------------------------------------------------------------ base query string
