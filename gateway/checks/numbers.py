@@ -124,6 +124,10 @@ _WORDS = re.compile(
 _WORD_SPLIT = re.compile(r"[\s-]+")
 # "[1]", "[2, 3]", "[4-6]", "[^7]": citation numbers, whatever the policy's format.
 _BARE_CITATION = re.compile(r"\[\^?\d+(?:\s*[,–-]\s*\^?\d+)*\]")
+# Where one can start: a "[" followed by a digit or "^". A claim body keeps the brackets of its
+# blanked markers ("[     ]"): for it this one search saves the substitution, which would scan
+# the whole text and then make `_digit_numbers` read it from the start.
+_BARE_START = re.compile(r"\[[\^\d]")
 _DIGIT = re.compile(r"\d")
 _LETTERS = re.compile(r"[a-z]+")
 # ASCII text folded for the prechecks of `numbers_in`: letters lowercased, digits "0",
@@ -167,7 +171,7 @@ def numbers_in(text: str) -> list[Quantity]:
         words = not _NUMBER_WORDS.isdisjoint(_LETTERS.findall(text.lower()))
     if first < 0 and not words:
         return []
-    if "[" in text and _bare_citation_possible(text):
+    if "[" in text and _BARE_START.search(text):
         text = _BARE_CITATION.sub(" ", text)
         first = min(first, 0)  # the substitution moves the digits: from the start, if any
     out: list[Quantity] = []
@@ -188,20 +192,6 @@ def numbers_in(text: str) -> list[Quantity]:
                     _WORD_MEMO[g] = qs
             out.extend(qs)
     return out
-
-
-def _bare_citation_possible(text: str) -> bool:
-    """Whether a "[" of `text` is followed by a digit or "^", as every `_BARE_CITATION` match
-    starts. A claim body keeps the brackets of its own blanked markers ("[     ]"): for it
-    this is a `find` or two, where the substitution would scan the whole text and then
-    make `_digit_numbers` read it from the start."""
-    i = text.find("[")
-    while i >= 0:
-        after = text[i + 1 : i + 2]
-        if after == "^" or after.isdecimal():  # `\d` is exactly `str.isdecimal`
-            return True
-        i = text.find("[", i + 1)
-    return False
 
 
 def _digit_numbers(text: str, ascii_text: bool, first: int = 0) -> list[Quantity]:
