@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-import uvicorn
 
 from gateway.audit import configure_logging, reset_logging
 from gateway.metrics import Metrics
 from gateway.server import Settings, build, proxy_config
-from tests.upstream_app import openai_body, sse_frame
+from tests.upstream_app import QuickServer, openai_body, sse_frame
 
 SYSTEM = '<chunk id="doc:1">The battery holds 62.5 kWh.</chunk>'
 GOOD = "The battery holds 62.5 kWh [doc:1]."
@@ -269,7 +268,7 @@ def run_proxy(upstream_url: str, policies: list[Path], **limits: Any) -> Iterato
     config = proxy_config(proxy, settings, metrics)
     config.loop = "asyncio"
     config.log_level = "warning"
-    server = uvicorn.Server(config)
+    server = QuickServer(config)
     quiet = not structlog.is_configured()
     if quiet:
         configure_logging(stream=io.StringIO())

@@ -296,7 +296,9 @@ def listening(serve_one: Callable[[socket.socket], None]) -> Iterator[int]:
     """`serve_one(sock)` for every connection to 127.0.0.1:<port>, in threads; yields the port."""
     server = _Threaded(("127.0.0.1", 0), _Handler)
     server.serve_one = serve_one
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+    )
     thread.start()
     try:
         yield server.server_address[1]

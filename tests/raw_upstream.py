@@ -107,7 +107,10 @@ def serve_raw() -> Iterator[tuple[RawUpstream, str]]:
     upstream = RawUpstream()
     server = _Server(("127.0.0.1", 0), _Handler)
     server.upstream = upstream
-    thread = threading.Thread(target=server.serve_forever, name="raw-upstream", daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.02}, name="raw-upstream",
+        daemon=True,
+    )
     thread.start()
     try:
         yield upstream, f"http://127.0.0.1:{server.server_address[1]}"

@@ -6,7 +6,9 @@ behaviour cannot drift apart.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import os
 import re
 import subprocess
 import sys
@@ -158,9 +160,27 @@ def test_the_readme_table_covers_every_response_fixture() -> None:
     assert len(ROWS) >= 35
 
 
+STRIP_ROWS = [r for r in ROWS if "strip → partial" in r.notes]
+
+Results = dict[tuple[str, str], subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Results:
+    """Every fixture through the CLI (under the block policy; the strip rows again under the
+    strip policy), the processes run side by side: one per core, as their start-up, not the
+    verification, is what each of them waits for."""
+    tmp = tmp_path_factory.mktemp("policies")
+    policies = {"block": _policy(tmp), "strip": _policy(tmp, on_unverified="strip")}
+    jobs = [("block", r) for r in ROWS] + [("strip", r) for r in STRIP_ROWS]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        done = pool.map(lambda job: _verify(policies[job[0]], job[1]), jobs)
+        return {(kind, row.id): result for (kind, row), result in zip(jobs, done, strict=True)}
+
+
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
-def test_fixture_decision(row: Row, tmp_path: Path) -> None:
-    result = _verify(_policy(tmp_path), row)
+def test_fixture_decision(row: Row, results: Results) -> None:
+    result = results["block", row.id]
     if row.decision == "bad input":
         assert result.returncode == 2, result.stdout
         assert "citewarden verify:" in result.stderr
@@ -183,12 +203,9 @@ def test_fixture_decision(row: Row, tmp_path: Path) -> None:
         assert {"index", "span", "citations", "status", "reason", "text"} <= claim.keys()
 
 
-STRIP_ROWS = [r for r in ROWS if "strip → partial" in r.notes]
-
-
 @pytest.mark.parametrize("row", STRIP_ROWS, ids=[r.id for r in STRIP_ROWS])
-def test_fixture_strip(row: Row, tmp_path: Path) -> None:
-    result = _verify(_policy(tmp_path, on_unverified="strip"), row)
+def test_fixture_strip(row: Row, results: Results) -> None:
+    result = results["strip", row.id]
     report = json.loads(result.stdout)
     assert result.returncode == 1
     assert report["decision"] == "partial"
