@@ -1,5 +1,6 @@
 import re
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -314,3 +315,57 @@ def test_bare_citation_precheck_never_misses_one(text: str) -> None:
 
     if numbers._BARE_CITATION.search(text):
         assert numbers._BARE_START.search(text)
+
+
+def _word_runs(text: str) -> list[object]:
+    """The number-word matches `numbers_in` reads: `_word_runs` on ASCII text."""
+    from gateway.checks import numbers
+
+    text = text.encode("ascii", "replace").decode()  # the fast path is ASCII text's
+    folded = text.encode().translate(numbers._ASCII_FOLD)
+    runs = numbers._word_runs(text.lower(), folded, folded.split())
+    return [(m.span(), m.groupdict()) for m in runs]
+
+
+def _finditer(text: str) -> list[object]:
+    from gateway.checks import numbers
+
+    text = text.encode("ascii", "replace").decode()
+    return [(m.span(), m.groupdict()) for m in numbers._WORDS.finditer(text.lower())]
+
+
+_WORDISH = st.lists(
+    st.sampled_from(
+        [" ", "  ", "-", " - ", "\n", ",", ".", "(", "[", "{", '"', "_", "é", "İ", "K", "2",
+         "%", " percent", " km", "a", "an", "A", "and", "minus", "negative", "Minus", "one",
+         "Forty", "two", "seven", "seventeen", "ninety", "hundred", "thousand", "million",
+         "dozen", "someone", "tone", "twos", "x"]
+    ),
+    max_size=24,
+).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_WORDISH)
+def test_word_runs_are_the_matches_finditer_finds(text: str) -> None:
+    # `_word_runs` tries the number-word pattern only where a word it can start with stands;
+    # it must find exactly the matches (spans and groups) of trying it everywhere.
+    assert _word_runs(text) == _finditer(text)
+
+
+_PROSE = (
+    "After Alam Ara (1931), the first Indian talkie film, for many years singers made dual "
+    "recordings for a film, one during the shoot, and later in the recording studio. Films "
+    "typically include six or seven songs; two of the best-known singers recorded over a "
+    "thousand of them. A dozen and forty-two minus one hundred and five people, an hundred, "
+    "a million, negative three percent, Twenty-One km, someone's tone; (minus two) [ninety]."
+)
+
+
+def test_word_runs_equal_finditer_on_prose_and_the_fixtures() -> None:
+    fixtures = Path(__file__).resolve().parent / "fixtures"
+    texts = [_PROSE, *(p.read_text(errors="replace") for p in sorted(fixtures.rglob("*.*")))]
+    assert len(texts) > 30
+    for text in texts:
+        assert _word_runs(text) == _finditer(text)
+    assert len(_word_runs(_PROSE)) >= 10

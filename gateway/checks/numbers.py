@@ -143,6 +143,11 @@ _ASCII_FOLD = bytes.maketrans(
 _NUMBER_WORDS = frozenset([*_SMALL, "dozen", "hundred", "thousand", "million", "billion",
                            "trillion"])
 _NUMBER_WORDS_ASCII = frozenset(w.encode() for w in _NUMBER_WORDS)
+# The words a `_WORDS` match can start with, and the scale words "a"/"an" need after them
+# (`_word_runs`).
+_RUN_STARTS_ASCII = frozenset(w.encode() for w in [*_SMALL, "a", "an", "minus", "negative"])
+_A_AN = frozenset([b"a", b"an"])
+_SCALES_ASCII = frozenset([b"hundred", b"thousand", b"million", b"billion", b"trillion", b"dozen"])
 
 # (value, is_percent, unit or "")
 Quantity = tuple[Decimal, bool, str]
@@ -160,25 +165,29 @@ _MEMO_DIGITS = 40
 
 def numbers_in(text: str) -> list[Quantity]:
     """The numbers of `text`: those written with digits, in order, then those in words."""
+    if "[" in text and _BARE_START.search(text):
+        text = _BARE_CITATION.sub(" ", text)
     ascii_text = text.isascii()
+    tokens: list[bytes] = []
+    folded = b""
     if ascii_text:  # both prechecks from one pass in C
         folded = text.encode().translate(_ASCII_FOLD)
         first = folded.find(b"0")  # every number written with digits starts at a digit
-        words = not _NUMBER_WORDS_ASCII.isdisjoint(folded.split())
+        tokens = folded.split()
+        words = not _NUMBER_WORDS_ASCII.isdisjoint(tokens)
     else:
         m = _DIGIT.search(text)
         first = -1 if m is None else m.start()
         words = not _NUMBER_WORDS.isdisjoint(_LETTERS.findall(text.lower()))
     if first < 0 and not words:
         return []
-    if "[" in text and _BARE_START.search(text):
-        text = _BARE_CITATION.sub(" ", text)
-        first = min(first, 0)  # the substitution moves the digits: from the start, if any
     out: list[Quantity] = []
     if first >= 0:
         out.extend(_digit_numbers(text, ascii_text, first))
     if words:
-        for m in _WORDS.finditer(text.lower()):
+        lower = text.lower()
+        runs = _word_runs(lower, folded, tokens) if ascii_text else _WORDS.finditer(lower)
+        for m in runs:
             run = m.group("words")
             if run == "one":
                 continue  # a pronoun as often as a number
@@ -191,6 +200,40 @@ def numbers_in(text: str) -> list[Quantity]:
                         _WORD_MEMO.clear()
                     _WORD_MEMO[g] = qs
             out.extend(qs)
+    return out
+
+
+def _word_runs(lower: str, folded: bytes, tokens: list[bytes]) -> list[re.Match[str]]:
+    """`list(_WORDS.finditer(lower))` for ASCII text, `folded` and `tokens` being its fold
+    (`_ASCII_FOLD`) and that fold's words. A match starts with a sign word, "a"/"an" or a
+    number below a hundred, as a whole word: its lookbehind wants no word character or "-"
+    before it, and what follows its first word is a space, a "-" or no word character; in the
+    fold, that word stands between spaces (or an end). `finditer` tries the pattern at every
+    position, which for prose with number words costs several times the rest of
+    `numbers_in`; here it is tried only where such a word stands, left to right, past the end
+    of the last match, which finds what `finditer` finds. "a"/"an" start a run only before a
+    scale word ("a dozen"), so they are tried only in text that has one."""
+    present = _RUN_STARTS_ASCII.intersection(tokens)
+    if not present.isdisjoint(_A_AN) and _SCALES_ASCII.isdisjoint(tokens):
+        present -= _A_AN
+    padded = b" " + folded + b" "
+    starts: list[int] = []
+    for word in present:
+        needle = b" " + word + b" "
+        at = padded.find(needle)
+        while at >= 0:
+            starts.append(at)  # the word's offset in `folded` (and `lower`)
+            at = padded.find(needle, at + len(word) + 1)
+    starts.sort()
+    out: list[re.Match[str]] = []
+    end = 0
+    match = _WORDS.match
+    for start in starts:
+        if start >= end:
+            m = match(lower, start)
+            if m is not None:
+                end = m.end()
+                out.append(m)
     return out
 
 
