@@ -3,11 +3,14 @@ SDK parses, and the gateway with the demo policies verifies create, stream and r
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 
 import openai
 import pytest
+import structlog
 
+from gateway.audit import configure_logging, reset_logging
 from gateway.demo import ANSWERS, DEMO_MODEL, DEMO_QUESTIONS, create_demo_app
 from gateway.demo.documents import demo_context_system_prompt
 from gateway.server import DEMO_POLICIES, Settings, build
@@ -19,13 +22,23 @@ GOOD_Q = next(q for q, kind in DEMO_QUESTIONS.items() if kind == "good")
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[openai.OpenAI]:
-    with serve(create_demo_app()) as upstream:
-        proxy, *_ = build(Settings(upstream=upstream, policies=[str(p) for p in DEMO_POLICIES]))
-        with (
-            serve(proxy) as gateway,
-            openai.OpenAI(base_url=gateway + "/v1", api_key="demo", max_retries=0) as c,
-        ):
-            yield c
+    # The audit lines go to a stream of their own, as `run_gateway` sends them: written a
+    # moment after each answer, they would otherwise reach the terminal between tests.
+    quiet = not structlog.is_configured()
+    if quiet:
+        configure_logging(stream=io.StringIO())
+    try:
+        with serve(create_demo_app()) as upstream:
+            policies = [str(p) for p in DEMO_POLICIES]
+            proxy, *_ = build(Settings(upstream=upstream, policies=policies))
+            with (
+                serve(proxy) as gateway,
+                openai.OpenAI(base_url=gateway + "/v1", api_key="demo", max_retries=0) as c,
+            ):
+                yield c
+    finally:
+        if quiet:
+            reset_logging()
 
 
 def test_demo_upstream_speaks_responses(client: openai.OpenAI) -> None:
