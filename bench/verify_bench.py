@@ -18,6 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from gateway.checks.base import source_text
 from gateway.policy import Policy
 from gateway.types import Answer, Channel, Chunk, ContextSet
 from gateway.verify import Verifier
@@ -83,6 +84,15 @@ def measure(scale: int, runs: int) -> dict[str, float]:
         v.verify(answer, ctx)
         times.append(time.perf_counter() - t0)
     times.sort()
+    # Real contexts are new text: each chunk's index (`source_text`: numbers, normalised
+    # text, content words) is built on its first citation. The same runs with that cache
+    # emptied before each one.
+    fresh = []
+    for _ in range(runs):
+        source_text.cache_clear()
+        t0 = time.perf_counter()
+        v.verify(answer, ctx)
+        fresh.append(time.perf_counter() - t0)
     answer_kb = len(answer.channels[0].text.encode()) / 1024
     ctx_kb = sum(len((c.text or "").encode()) for c in ctx.chunks.values()) / 1024
     return {
@@ -91,6 +101,7 @@ def measure(scale: int, runs: int) -> dict[str, float]:
         "claims": len(report.claims),
         "p50_ms": statistics.median(times) * 1e3,
         "p99_ms": times[min(len(times) - 1, int(len(times) * 0.99))] * 1e3,
+        "fresh_p50_ms": statistics.median(fresh) * 1e3,
     }
 
 
@@ -123,15 +134,17 @@ def main() -> None:
         rows.append(r)
     base = rows[0]["p50_ms"] / rows[0]["answer_kb"]
     lines = [
-        "| size | answer KB | context KB | claims | runs | p50 ms | p99 ms | p50 ms/KB | growth |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| size | answer KB | context KB | claims | runs | p50 ms | p99 ms | p50 ms/KB | growth "
+        "| p50 ms, chunks new to the index |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         per_kb = r["p50_ms"] / r["answer_kb"]
         lines.append(
             f"| {r['scale']}x | {r['answer_kb']:.1f} | {r['context_kb']:.0f} | {r['claims']:.0f} "
             f"| {r['runs']:.0f} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {per_kb:.3f} "
-            f"| {r['p50_ms'] / rows[0]['p50_ms']:.1f}x ({per_kb / base:.2f} per KB) |"
+            f"| {r['p50_ms'] / rows[0]['p50_ms']:.1f}x ({per_kb / base:.2f} per KB) "
+            f"| {r['fresh_p50_ms']:.3f} |"
         )
     table = "\n".join(lines)
     print(machine())
