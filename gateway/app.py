@@ -123,7 +123,7 @@ class ProxyApp:
 
 def _judge(
     pipeline: RoutePipeline,
-    request: RequestContext,
+    request_ctx: RequestContext,
     body: bytes,
     up_headers: list[tuple[str, str]],
     verifier: StreamVerifier | None,
@@ -141,7 +141,7 @@ def _judge(
         if not isinstance(parsed, dict):
             raise ProtocolError("upstream body is not a JSON object")
         answer = pipeline.adapter.parse(parsed, pipeline.route)
-        ctx = pipeline.context(request, parsed, dict(up_headers))
+        ctx = pipeline.context(request_ctx, parsed, dict(up_headers))
     t0 = time.perf_counter()
     judgement = pipeline.safe_judge(answer, ctx, known, streamed_text)
     verify_seconds = time.perf_counter() - t0 + (verifier.seconds if verifier else 0.0)
@@ -511,7 +511,7 @@ class _Exchange:
     async def _call_upstream(
         self,
         pipeline: RoutePipeline,
-        request: RequestContext,
+        request_ctx: RequestContext,
         request_raw: bytes,
         headers: list[tuple[str, str]],
         stream: bool,
@@ -528,15 +528,15 @@ class _Exchange:
             if not stream:
                 method = self.scope["method"]
                 resp = await self.app.upstream.request(
-                    method, self.path_qs, headers, request_raw, meanwhile=request
+                    method, self.path_qs, headers, request_raw, meanwhile=request_ctx
                 )
                 return resp.status, resp.headers, resp.body, None
             async with self.app.upstream.stream(
-                self.scope["method"], self.path_qs, headers, request_raw, meanwhile=request
+                self.scope["method"], self.path_qs, headers, request_raw, meanwhile=request_ctx
             ) as s:
                 if not 200 <= s.status < 300:
                     return s.status, s.headers, await s.read(), None
-                ctx = pipeline.context(request, None, dict(s.headers))
+                ctx = pipeline.context(request_ctx, None, dict(s.headers))
                 verifier = StreamVerifier(pipeline, ctx)
                 decoder = pipeline.codec.decoder()
                 parts: list[bytes] = []
