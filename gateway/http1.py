@@ -451,6 +451,12 @@ class Connection(asyncio.Protocol):
         return self._take() if self._chunks else b""
 
 
+def with_body(head: bytes, body: bytes) -> bytes:
+    """A request whose head `Pool.request_head` built for a body (it ends at the
+    content-length value): the head, the body's length, the empty line and the body."""
+    return b"".join((head, b"%d\r\n\r\n" % len(body), body))
+
+
 class Pool:
     """Keep-alive connections to one origin, at most `size` open at once (idle, busy or being
     connected); callers beyond that wait in order, within their exchange's deadline."""
@@ -583,8 +589,8 @@ class Pool:
         """The head of a request as it goes on the wire: the request line (the pool's target,
         the client's path and query byte for byte, the base URL's query parameters the path
         lacks), host, the pool's own fields, then `headers`. With `body` it ends at the
-        content-length value (the caller appends the length, the empty line and the body);
-        without, with the empty line. InputError when any of them carries a line break or NUL."""
+        content-length value (`with_body` completes it with the body); without, with the empty
+        line. InputError when any of them carries a line break or NUL."""
         if self.query:
             path_qs = add_base_query(path_qs, self.query)
         parts = [method, " ", self.target, path_qs, " HTTP/1.1\r\nhost: ", self.host_header,

@@ -31,7 +31,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from gateway.decoding import ACCEPT_ENCODING, DECODABLE
-from gateway.http1 import Connection, Headers, Pool
+from gateway.http1 import Connection, Headers, Pool, with_body
 from gateway.upstream_tls import UpstreamNetwork
 
 __all__ = [
@@ -225,6 +225,23 @@ class UpstreamStream:
         return await self._conn.read_all()
 
 
+def open_pool(
+    base_url: str, timeouts: Timeouts, limits: Limits, network: UpstreamNetwork | None = None
+) -> Pool:
+    """A keep-alive pool to `base_url` with these timeouts and limits; `network` (proxy, CA
+    bundle, client certificate) defaults to the process's proxy variables. The upstream client
+    and the judge's each keep one."""
+    return Pool(
+        base_url.rstrip("/"),
+        size=limits.pool_size,
+        limit=limits.max_response_bytes,
+        connect=timeouts.connect,
+        read=timeouts.read,
+        total=timeouts.total,
+        network=network if network is not None else UpstreamNetwork.from_env(),
+    )
+
+
 class Upstream:
     """The gateway's client to its one upstream: a keep-alive pool, bound to the running loop."""
 
@@ -236,23 +253,14 @@ class Upstream:
         network: UpstreamNetwork | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.timeouts = t = timeouts or Timeouts()
+        self.timeouts = timeouts or Timeouts()
         self.limits = limits or Limits()
-        self._pool = Pool(
-            self.base_url,
-            size=self.limits.pool_size,
-            limit=self.limits.max_response_bytes,
-            connect=t.connect,
-            read=t.read,
-            total=t.total,
-            network=network if network is not None else UpstreamNetwork.from_env(),
-        )
+        self._pool = open_pool(self.base_url, self.timeouts, self.limits, network)
 
     def _encode(self, method: str, path_qs: str, headers: Headers, body: bytes) -> bytes:
         """The request as it goes on the wire: the client's path and query byte for byte."""
         if body or method not in _BODILESS_METHODS:
-            head = self._pool.request_head(method, path_qs, headers)
-            return b"".join((head, b"%d\r\n\r\n" % len(body), body))
+            return with_body(self._pool.request_head(method, path_qs, headers), body)
         return self._pool.request_head(method, path_qs, headers, body=False)
 
     async def _open(

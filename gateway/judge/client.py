@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ProtocolError, UpstreamConnectError, UpstreamError, UpstreamTimeout
-from gateway.http1 import Pool
+from gateway.http1 import Pool, with_body
 from gateway.judge.cache import VerdictCache
 from gateway.judge.circuit import Circuit
-from gateway.upstream import Limits, Timeouts
+from gateway.upstream import Limits, Timeouts, open_pool
 from gateway.upstream_tls import UpstreamNetwork
 
 __all__ = [
@@ -81,9 +81,7 @@ def use_network(network: UpstreamNetwork | None) -> None:
 def _default_upstream(url: str, timeouts: Timeouts, limits: Limits) -> Pool:
     """The judge's connection pool, with the network settings `serve` set (else the process's
     proxy variables, as the upstream client's default)."""
-    return Pool(url.rstrip("/"), size=limits.pool_size, limit=limits.max_response_bytes,
-                connect=timeouts.connect, read=timeouts.read, total=timeouts.total,
-                network=_NETWORK if _NETWORK is not None else UpstreamNetwork.from_env())
+    return open_pool(url, timeouts, limits, _NETWORK)
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -228,7 +226,7 @@ class JudgeClient:
         head = self._heads.get(path)
         if head is None:
             head = self._heads[path] = self._pool.request_head("POST", path, self._headers)
-        request = b"".join((head, b"%d\r\n\r\n" % len(body), body))
+        request = with_body(head, body)
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         # The attempt's bound: the call timeout, or the answer's deadline when that is sooner
