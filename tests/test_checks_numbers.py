@@ -369,3 +369,81 @@ def test_word_runs_equal_finditer_on_prose_and_the_fixtures() -> None:
     for text in texts:
         assert _word_runs(text) == _finditer(text)
     assert len(_word_runs(_PROSE)) >= 10
+
+
+# -- numbers as shown ------------------------------------------------------------------------
+
+# Characters that render as nothing or join the one before: format characters (zero-width,
+# soft hyphen, word joiner, invisible operators, tags), combining marks (grapheme joiner,
+# variation selector, an accent), a control, a Hangul filler. None may split what a reader
+# sees as one number or one number word.
+_UNSEEN = [
+    "\u200b", "\u200c", "\u200d", "\u2060", "\u2062", "\ufeff", "\u00ad", "\u180e",
+    "\u034f", "\ufe0f", "\u0301", "\U000e0041", "\x00", "\x7f", "\u3164",
+]
+
+
+@pytest.mark.parametrize("c", _UNSEEN, ids=[f"U+{ord(c):04X}" for c in _UNSEEN])
+def test_an_unseen_character_splits_no_number(c: str) -> None:
+    assert numbers_in(f"It has 4{c}2 rooms.") == [(Decimal(42), False, "")]
+    assert numbers_in(f"It has fo{c}rty-two rooms.") == [(Decimal(42), False, "")]
+    assert numbers_in(f"It has forty-{c}two rooms.") == [(Decimal(42), False, "")]
+    assert numbers_in(f"It cost $3,{c}200.") == [(Decimal(3200), False, "")]
+    # ... nor hides a bare citation number, which is then still no number of the claim.
+    assert numbers_in(f"As [{c}1] says, it has 42 rooms.") == [(Decimal(42), False, "")]
+
+
+@pytest.mark.parametrize(
+    ("text", "chunk"),
+    [
+        # What the reader sees is 4242 rooms, 45 rooms, 90 litres, 2 and 1/2 hours.
+        ("It has 42\u200b42 rooms", "It has 42 rooms."),
+        ("It has fo\u00adrty-five rooms", "It has 40 rooms and 5 halls."),
+        ("It has ni\u200bnety rooms", "It has 10 rooms."),
+        ("It moves ⁹⁰ litres", "It moves 9 litres."),
+        ("It took 2½ hours", "It took 2 hours."),
+        # Under a bidi override "40" shows as "04": both readings must be in the source.
+        ("It has \u202e40\u202c rooms", "It has 40 rooms."),
+        ("It has \u202d40\u202c rooms", "It has 40 rooms."),
+    ],
+)
+def test_numbers_are_read_as_shown(text: str, chunk: str) -> None:
+    assert _check(text, chunk).reason == "number_mismatch"
+
+
+@pytest.mark.parametrize(
+    ("text", "chunk"),
+    [
+        ("It has 4\u200b2 rooms", "It has 42 rooms."),
+        ("It has forty\u2011two rooms", "It has 42 rooms."),  # a non-breaking hyphen
+        ("It has forty\u2010two rooms", "It has forty\u200b-two rooms."),
+        ("It has ⁴² rooms", "It has 42 rooms."),
+        ("It took ¾ of the time", "It took ¾ of the time."),
+        ("It has \u202e44\u202c rooms", "It has 44 rooms."),  # the same both ways
+        ("Its size is 64 MB¹", "Its size is 64 MB."),  # a footnote after a word
+        ("It holds 10⁴ litres", "It holds 10,000 litres."),  # a power after 10
+    ],
+)
+def test_numbers_read_as_shown_still_match(text: str, chunk: str) -> None:
+    assert _check(text, chunk).status is Status.PASS
+
+
+_PLAIN = st.lists(
+    st.sampled_from(
+        [*"0123456789.,-$ %kWhx×^e()[]\t\n", "1 200", "forty", "-two", " million", "[1]", "[^2]",
+         " percent", "1970s", "1.2e4", "seven", " and "]
+    ),
+    max_size=16,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_PLAIN, st.lists(st.tuples(st.integers(0, 200), st.sampled_from(_UNSEEN)), max_size=4))
+def test_unseen_characters_anywhere_change_no_number(
+    text: str, inserts: list[tuple[int, str]]
+) -> None:
+    marked = text
+    for at, c in sorted(inserts, reverse=True):
+        at = min(at, len(marked))
+        marked = marked[:at] + c + marked[at:]
+    assert numbers_in(marked) == numbers_in(text)

@@ -17,6 +17,11 @@ Numbers are read by value, the same way on both sides (claim and chunk, DESIGN �
   matches any unit). A decade ("1970s", "1970's", "1970 's") is the year, without a unit.
   Years and dates are numbers too.
 
+Numbers are read as shown: a character that renders as nothing or joins the one before
+(U+200B, a soft hyphen, a combining mark, a control) splits neither a number nor a number word,
+superscript digits at a word's start are digits ("⁴²"), a vulgar fraction ("¾") is its two
+numbers, and digits under a bidi override must match both as written and as shown.
+
 A bare citation number in brackets ("according to [1]", "[2, 3]", "[^4]") is not a number, in
 any citation format; neither are numbers inside the claim's own citation markers (blanked by
 `claim_body`) or its list label (dropped by the segmenter).
@@ -25,6 +30,7 @@ any citation format; neither are numbers inside the claim's own citation markers
 from __future__ import annotations
 
 import re
+import unicodedata
 from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal
 from typing import Any
 
@@ -149,6 +155,59 @@ _RUN_STARTS_ASCII = frozenset(w.encode() for w in [*_SMALL, "a", "an", "minus", 
 _A_AN = frozenset([b"a", b"an"])
 _SCALES_ASCII = frozenset([b"hundred", b"thousand", b"million", b"billion", b"trillion", b"dozen"])
 
+# Characters a reader does not see as characters (`_as_read`): format characters (U+200B,
+# U+00AD, U+2060, bidi controls, tags, ...), combining marks (U+034F, variation selectors) and
+# controls other than whitespace; the Hangul fillers are letters that render as nothing.
+# `_ODD` finds runs of candidates (neither word, whitespace nor printable ASCII) in C; their
+# category decides in Python, so prose with curly quotes and dashes pays one search.
+_ODD = re.compile(r"[^\w\s\x20-\x7e]+|[\u115f\u1160\u3164\uffa0]+")
+_UNSEEN_CATEGORIES = frozenset({"Cf", "Mn", "Me", "Cc"})
+_FILLERS = frozenset("\u115f\u1160\u3164\uffa0")
+# Hyphens a number word may be written with ("forty\u2011two"), read as "-".
+_HYPHENS = str.maketrans({"\u2010": "-", "\u2011": "-"})
+# A bidi override shows the characters after it in reverse ("\u202e24" shows as "42").
+_OVERRIDES = ("\u202d", "\u202e")
+_DIGIT_RUN = re.compile(r"\d[\d.,]*")
+# Superscript digits at a word's start are a number as shown ("has ⁴² reactors"); after a
+# word they are a footnote ("MB¹"), after a base of 10 a power (`_POWER`).
+_LONE_SUPERSCRIPT = re.compile(r"(?<![^\s(])[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")
+# Vulgar fractions as their numerator and denominator ("¾" reads as 3 and 4, on both sides).
+_FRACTIONS = "¼½¾⅐⅑⅒⅓⅔⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞↉"
+_FRACTION = re.compile(f"[{_FRACTIONS}]")
+
+
+def _seen(m: re.Match[str]) -> str:
+    return "".join(
+        c
+        for c in m.group()
+        if c not in _FILLERS and unicodedata.category(c) not in _UNSEEN_CATEGORIES
+    )
+
+
+def _as_read(text: str) -> str:
+    """`text` as a reader sees its numbers: without the characters that render as nothing or
+    join the one before, so none splits a number or a number word (a zero-width space inside
+    "42" or a soft hyphen inside "forty" is read as it shows: 42, forty); Unicode hyphens as
+    "-", superscript digits at a word's start as digits, a vulgar fraction as its two numbers.
+    Under a bidi override the digits show in reverse: the text is then read both ways (its
+    digit runs reversed appended), so a number there must be in a source as written and as
+    shown."""
+    if text.isascii():
+        return _ODD.sub("", text)  # controls other than whitespace
+    reverse = any(o in text for o in _OVERRIDES)
+    if _ODD.search(text) is not None:
+        text = _ODD.sub(_seen, text)
+    if "\u2010" in text or "\u2011" in text:
+        text = text.translate(_HYPHENS)
+    if _LONE_SUPERSCRIPT.search(text) is not None:
+        text = _LONE_SUPERSCRIPT.sub(lambda m: m.group().translate(_SUPER), text)
+    if _FRACTION.search(text) is not None:
+        text = _FRACTION.sub(lambda m: " " + unicodedata.normalize("NFKC", m.group()) + " ", text)
+    if reverse:
+        text = text + "\n" + _DIGIT_RUN.sub(lambda m: m.group()[::-1], text)
+    return text
+
+
 # (value, is_percent, unit or "")
 Quantity = tuple[Decimal, bool, str]
 # Exact arithmetic: the default context rounds to 28 significant digits, which would make two
@@ -165,9 +224,12 @@ _MEMO_DIGITS = 40
 
 def numbers_in(text: str) -> list[Quantity]:
     """The numbers of `text`: those written with digits, in order, then those in words."""
+    ascii_text = text.isascii()
+    if not ascii_text or not text.isprintable():
+        text = _as_read(text)
+        ascii_text = text.isascii()
     if "[" in text and _BARE_START.search(text):
         text = _BARE_CITATION.sub(" ", text)
-    ascii_text = text.isascii()
     tokens: list[bytes] = []
     folded = b""
     if ascii_text:  # both prechecks from one pass in C

@@ -1294,6 +1294,16 @@ ESCAPES: dict[str, str] = {
     "quote-mismatch": f'{GOOD} The manual says "{MARKER} moves the water" [kb:1].',
     "citation-before-claim": f"{GOOD} [kb:1] The pump was designed by {MARKER} in 1931.",
     "no-terminal-period": f"{GOOD} The pump was designed by {MARKER} in 1931",
+    # Numbers as shown, not as stored: invisible characters, superscripts, fractions, bidi.
+    "zero-width-in-number": f"{GOOD} The Orbit pump by {MARKER} moves 40\u200b40 litres per "
+    "minute [kb:1].",
+    "soft-hyphen-in-number-word": f"{GOOD} The Orbit pump by {MARKER} moves ni\u00adnety litres "
+    "per minute [kb:1].",
+    "lone-superscript-number": f"{GOOD} The Orbit pump by {MARKER} moves ⁹⁰ litres per minute "
+    "[kb:1].",
+    "vulgar-fraction": f"{GOOD} The Orbit pump by {MARKER} moves ½ litre per minute [kb:1].",
+    "bidi-override-number": f"{GOOD} The Orbit pump by {MARKER} moves \u202e40\u202c litres "
+    "per minute [kb:1].",
 }
 """Answers whose marker sits in a claim that must fail a check (or count as a claim at all)."""
 
@@ -1303,5 +1313,6 @@ RELEASED: dict[str, str] = {
     "numbered-list": f"1. {GOOD}",
     "number-word-correct": "The Orbit pump moves forty litres per minute [kb:1].",
     "abstention-whole": "I don't know.",
+    "zero-width-in-correct-number": "The Orbit pump moves 4\u200b0 litres per minute [kb:1].",
 }
 """Answers that must be released: the positive controls that keep the matrix honest."""
