@@ -37,6 +37,9 @@ def claim(text: str, *extra: Citation) -> Claim:
         'Either source "growth was strong" [b:2][a:1].',
         "It’s fine without quotes [b:2].",
         'A "single" word quote is not checked [b:2].',
+        "It said „growth was strong“ [a:1].",
+        "It said »growth was strong« [a:1].",
+        "It said ＂growth was strong＂ [a:1].",
     ],
 )
 def test_quotes_found(text: str) -> None:
@@ -51,6 +54,12 @@ def test_quotes_found(text: str) -> None:
         'It said "growth was strong" [b:2].',
         'Quoted "growth was strong" with no citation.',
         'It said "The report says … in autumn" [a:1].',
+        # Other languages' quotation marks quote too.
+        "It said „growth was weak“ [a:1].",
+        "It said „growth was weak” [a:1].",
+        "It said »growth was weak« [a:1].",
+        "It said «growth was weak» [a:1].",
+        "It said ＂growth was weak＂ [a:1].",
     ],
 )
 def test_quote_mismatch(text: str) -> None:
@@ -136,7 +145,7 @@ def reference_normalise(text: str) -> str:
 
 
 def reference_quotes(text: str) -> list[str]:
-    found = [m.group(1) or m.group(2) or m.group(3) for m in _DOUBLE.finditer(text)]
+    found = [next(g for g in m.groups() if g is not None) for m in _DOUBLE.finditer(text)]
     found = [q for q in found if len(q.split()) >= 2]
     found += [m.group(1) for m in _SINGLE.finditer(text) if len(m.group(1).split()) >= 3]
     quotes = [reference_normalise(q).rstrip(".,;:!?").strip() for q in found]
@@ -159,7 +168,7 @@ def reference_check(c: Claim, ctx: ContextSet) -> tuple[Status, str | None, str]
 _QUOTISH = st.lists(
     st.sampled_from(
         [
-            '"', "“", "”", "«", "»", "‘", "’", "'", "„", "‟", "‚", "‛", " ", " ", "  ", "\n",
+            '"', "“", "”", "«", "»", "‘", "’", "'", "„", "‟", "‚", "‛", "＂", " ", " ", "  ", "\n",
             "\t", "\u00a0", "\x1c", ".", ",", "!", "?", "...", "…", "[...]", "growth",
             " was", " strong", "it’s", "é", "The report says", " in spring", "[a:1]",
         ]

@@ -156,7 +156,7 @@ def source_texts(claim: Claim, ctx: ContextSet) -> tuple[list[str], bool]:
 
 
 _QUOTE_MAP = str.maketrans({"“": '"', "”": '"', "„": '"', "‟": '"', "«": '"', "»": '"',
-                            "‘": "'", "’": "'", "‚": "'", "‛": "'", "\u00a0": " "})
+                            "＂": '"', "‘": "'", "’": "'", "‚": "'", "‛": "'", "\u00a0": " "})
 
 
 def normalise(text: str) -> str:

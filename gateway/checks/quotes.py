@@ -1,9 +1,10 @@
 """quote_mismatch: quoted text in a claim, and native `cited_text`, must be in the cited source.
 
-Quotes checked: straight double quotes and “…” of at least two words, ‘…’ of at least three
-words (a lone ’ is usually an apostrophe). Matching is exact and case-sensitive after
-normalising curly/straight quotes and whitespace; trailing sentence punctuation inside the quote
-is ignored, and an elided quote ("a … b") matches when every fragment is in one source.
+Quotes checked: straight double quotes, “…”, «…», »…«, „…“ (or „…”) and fullwidth ＂…＂ of at
+least two words, ‘…’ of at least three words (a lone ’ is usually an apostrophe). Matching is
+exact and case-sensitive after normalising curly/straight quotes and whitespace; trailing
+sentence punctuation inside the quote is ignored, and an elided quote ("a … b") matches when
+every fragment is in one source.
 
 Native citations: the document / search result must exist; `char_location` compares
 `cited_text` with `text[start:end]`, `content_block_location` and `search_result_location`
@@ -23,7 +24,11 @@ from gateway.types import CheckResult, ContextSet, NativeLocation
 
 __all__ = ["QuoteMismatch", "quotes_in"]
 
-_DOUBLE = re.compile(r'"([^"\n]+)"|“([^”\n]+)”|«([^»\n]+)»')
+_DOUBLE = re.compile(
+    r'"([^"\n]+)"|“([^”\n]+)”|«([^»\n]+)»|„([^“”\n]+)[“”]|»([^«\n]+)«|＂([^＂\n]+)＂'
+)
+# The characters that open a `_DOUBLE` quote other than the straight one.
+_OPENERS = re.compile("[“«„»＂]")
 _STRAIGHT = re.compile(r'"([^"\n]+)"')
 _SINGLE = re.compile(r"(?<!\w)‘([^‘\n]+?)’(?!\w)")
 _ELLIPSIS = re.compile(r"\s*(?:\.\.\.|…|\[\.\.\.\]|\[…\])\s*")
@@ -35,8 +40,8 @@ def quotes_in(text: str) -> list[str]:
     found: list[str] = []
     # Each pattern only where its opening character occurs (`_SINGLE` starts with a
     # lookbehind, which makes a scan of every position slow).
-    if "“" in text or "«" in text:
-        _keep([a or b or c for a, b, c in _DOUBLE.findall(text)], 2, found)
+    if not text.isascii() and _OPENERS.search(text) is not None:
+        _keep(["".join(groups) for groups in _DOUBLE.findall(text)], 2, found)
     elif '"' in text:  # `_DOUBLE` finds only its first alternative
         _keep(_STRAIGHT.findall(text), 2, found)
     if "‘" in text:
@@ -74,7 +79,7 @@ class QuoteMismatch(FactsCheck):
                 if problem is not None:
                     return problem
         body = facts.body
-        if not ('"' in body or "“" in body or "«" in body or "‘" in body):
+        if not ('"' in body or "‘" in body or (not body.isascii() and _OPENERS.search(body))):
             return _OK  # no quote can start without one of these
         quotes = quotes_in(body)
         if not quotes:

@@ -1292,6 +1292,8 @@ ESCAPES: dict[str, str] = {
     "bidi-citation": f"{GOOD} The Orbit pump by {MARKER} moves 40 litres per minute [kb:1\u202e].",
     "stale-version": f"{GOOD} The Orbit pump by {MARKER} moves 40 litres per minute [kb:1@1].",
     "quote-mismatch": f'{GOOD} The manual says "{MARKER} moves the water" [kb:1].',
+    "low-high-quote-mismatch": f"{GOOD} The manual says „{MARKER} moves the water” [kb:1].",
+    "fullwidth-quote-mismatch": f"{GOOD} The manual says ＂{MARKER} moves the water＂ [kb:1].",
     "citation-before-claim": f"{GOOD} [kb:1] The pump was designed by {MARKER} in 1931.",
     "no-terminal-period": f"{GOOD} The pump was designed by {MARKER} in 1931",
     # Numbers as shown, not as stored: invisible characters, superscripts, fractions, bidi.
@@ -1314,5 +1316,7 @@ RELEASED: dict[str, str] = {
     "number-word-correct": "The Orbit pump moves forty litres per minute [kb:1].",
     "abstention-whole": "I don't know.",
     "zero-width-in-correct-number": "The Orbit pump moves 4\u200b0 litres per minute [kb:1].",
+    "low-high-quote-correct": "The manual says „The Orbit pump moves 40 litres per minute“ "
+    "[kb:1].",
 }
 """Answers that must be released: the positive controls that keep the matrix honest."""
