@@ -19,7 +19,8 @@ Rules (DESIGN §4):
 * Blank lines, thematic breaks (``---``), fences, headings and list items end the claim before
   them. A single newline inside a paragraph does not.
 * A sentence ends at ``.``, ``!``, ``?`` or ``…`` (plus closing quotes / parentheses) followed
-  by whitespace, unless the next text starts with a lowercase letter or the word before a single
+  by whitespace (so do ``؟ ۔ । ॥ ։ ． ‼ ⁇ ⁈ ⁉``; the ideographic ``。！？｡`` need no whitespace
+  after them), unless the next text starts with a lowercase letter or the word before a single
   ``.`` is an abbreviation (``e.g.``, ``Dr.``, ``Sec.``), an initial (``J.``) or dotted initials
   (``U.S.``). A ``.`` not followed by whitespace (``3.1``, ``v2.1.3``) never ends one.
 * Citation markers after the terminator (``Foo is 3. [a:1]``), up to the next non-space,
@@ -95,6 +96,15 @@ _PLAIN_START = re.compile(r"[^\W\d_ivxlc][^\W\d_]")
 _RULE = re.compile(r"[ ]{0,3}(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,}|=+[ \t]*)$")
 # `[.!?]+` or `…`, written to start with a character set so that searching is fast.
 _TERMINATOR = re.compile(r"[.!?…](?:(?<=[.!?])[.!?]*)?[\"'”’)»*_]*(?=\s|$)")
+# The same for text beyond ASCII, with other scripts' sentence ends: those that whitespace
+# follows (Arabic and Urdu, Devanagari, Armenian, the fullwidth full stop, doubled marks), and
+# the ideographic ones, which need none. Searching for it is slower: text that is all ASCII,
+# where both find the same, searches for `_TERMINATOR`.
+_CLOSERS = "\"'”’)»*_」』）"
+_TERMINATOR_WIDE = re.compile(
+    rf"[.!?…؟۔।॥։．‼⁇⁈⁉。！？｡](?:(?<=[.!?])[.!?]*)?"
+    rf"(?:(?<=[。！？｡])[。！？｡]*[{_CLOSERS}]*|[{_CLOSERS}]*(?=\s|$))"
+)
 _NONSPACE = re.compile(r"\S")
 _WORD = re.compile(r"[^\W_]")
 _DIGIT = re.compile(r"\d")
@@ -109,8 +119,9 @@ _GROUP = re.compile(rf"\[([^\[\]\n]{{0,{MAX_GROUP}}})\](\()?")
 # What new text can let a waiting segmenter decide more.
 _WAKE_LINE = re.compile(r"\n")
 _WAKE_CUT = re.compile(r"[ \t\n\]]")
-_WAKE_TERM = re.compile(r"[.!?…\n]")
+_WAKE_TERM = re.compile(r"[.!?…؟۔।॥։．‼⁇⁈⁉。！？｡\n]")
 _TERM_CHAR = re.compile(r"[.!?…]")
+_TERM_CHAR_WIDE = re.compile(r"[.!?…؟۔।॥։．‼⁇⁈⁉。！？｡]")
 
 # Lowercased words that a single "." after them does not end a sentence.
 _ABBREVIATIONS_WORDS = """
@@ -431,7 +442,8 @@ class ClaimSegmenter:
                 return
         # Inside a sentence only a terminator can end it (or a line end): until the text
         # after the cut holds a terminator character, nothing else is worth a look.
-        self._wake = _WAKE_CUT if _TERM_CHAR.search(buf, pos, n) else _WAKE_TERM
+        term = _TERM_CHAR if buf.isascii() else _TERM_CHAR_WIDE
+        self._wake = _WAKE_CUT if term.search(buf, pos, n) else _WAKE_TERM
 
     def _walk(self, lo: int, hi: int, eol: bool, out: list[Segment]) -> None:
         """Markers, terminators and plain-text runs of buf[lo:hi], which is a whole line's
@@ -457,7 +469,7 @@ class ClaimSegmenter:
         cits, marks = self._cits, self._marks
         words, after = self._words, self._after
         nonspace = _NONSPACE.search
-        terminator = _TERMINATOR.search
+        terminator = (_TERMINATOR if text.isascii() else _TERMINATOR_WIDE).search
         ts = te = -1  # the next terminator (ts == hi: none)
         pos = lo
         while pos < hi:

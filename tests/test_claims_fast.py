@@ -39,6 +39,7 @@ _PIECES = st.sampled_from(
         # words and sentences
         "Foo is 3.", "Bar", "bar", " and", "Baz!", "why?", "Really?!", "wait...", "so…",
         "It rose... and fell.", "I don't know.", "Disclaimer: none.", "maybe so.", "É", "ß",
+        "泵由X设计。", "是吗？", "好！", "。」", "｡", "هل؟", "है।", "．", "‼", "Ok։", "[a:1]。",
         "élan.", "Ωmega.", "x", "42", "١٢", "_under_",
         # abbreviations, initials, decimals, versions
         "e.g. ", "i.e. ", "Dr. ", "dr. ", "U.S. ", "U.S.A. ", "J. ", "J.R.R. ", "Sec. ", "etc.",
@@ -124,7 +125,7 @@ def test_whole_equals_the_incremental_walk(
     assert_same(text, deltas, fmt, exempt_set)
 
 
-_CHARS = st.sampled_from(list("aZé1 .!?…\"')»*_[]():@^,-+#`~=<>\n\r\t\u00a0\u2028!"))
+_CHARS = st.sampled_from(list("aZé1 .!?…\"')»*_[]():@^,-+#`~=<>\n\r\t\u00a0\u2028!。！？」؟．"))
 
 
 @settings(max_examples=500, deadline=None)

@@ -1280,6 +1280,9 @@ ESCAPES: dict[str, str] = {
     f"long ago\n\n{GOOD}",
     "heading-setext": f"The {MARKER} pump moves 90 litres\n=========\n\n{GOOD}",
     "uncited-sentence": f"{GOOD} The pump was designed by {MARKER} in 1931.",
+    # Other scripts' sentence ends end a sentence too: the uncited one must not join the next.
+    "uncited-sentence-ideographic-stop": f"The pump was designed by {MARKER}。{GOOD}",
+    "uncited-sentence-arabic-question": f"Was the pump designed by {MARKER}؟ {GOOD}",
     "list-item": f"- {GOOD}\n- The pump was designed by {MARKER} in 1931.",
     "numbered-item-wrong-number": f"1. {GOOD}\n2. The pump by {MARKER} moves 90 litres per "
     "minute [kb:1].",
@@ -1316,6 +1319,8 @@ RELEASED: dict[str, str] = {
     "number-word-correct": "The Orbit pump moves forty litres per minute [kb:1].",
     "abstention-whole": "I don't know.",
     "zero-width-in-correct-number": "The Orbit pump moves 4\u200b0 litres per minute [kb:1].",
+    "ideographic-sentences": "The Orbit pump moves 40 litres per minute [kb:1]。The Orbit pump "
+    "moves 40 litres per minute [kb:1]。",
     "low-high-quote-correct": "The manual says „The Orbit pump moves 40 litres per minute“ "
     "[kb:1].",
 }
