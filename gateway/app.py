@@ -396,23 +396,32 @@ class _Exchange:
         except BodyTooLarge as e:
             await self._client_error(pipeline, 413, str(e), "request_too_large")
             return
-        stored = self.scope["method"] == "GET" and adapter.stored_answers
-        try:
-            # A stored answer (GET) has no request body: its request context is empty.
-            # A repeated key is refused too: the upstream may read the other value than the
-            # gateway does (`"role": "user", "role": "system"` would pass user text as trusted).
-            request = {} if stored and not raw.strip() else loads_unique(raw)
-        except ProtocolError as e:
-            await self._client_error(
-                pipeline, 400, f"invalid JSON body: {e}", "invalid_request_error"
-            )
-            return
-        if not isinstance(request, dict):
-            await self._client_error(
-                pipeline, 400, "request body must be a JSON object", "invalid_request_error"
-            )
-            return
-        info = adapter.request_info(request)
+        if self.scope["method"] == "GET" and adapter.stored_answers and not raw.strip():
+            # A stored answer (GET) has no request body: its request context is empty, and
+            # its query says whether it is streamed.
+            request: Any = {}
+            try:
+                info = adapter.stored_request_info(self.query.decode("latin-1"))
+            except ProtocolError as e:
+                await self._client_error(pipeline, 400, str(e), "invalid_request_error")
+                return
+        else:
+            try:
+                # A repeated key is refused: the upstream may read the other value than the
+                # gateway does (`"role": "user", "role": "system"` would pass user text as
+                # trusted).
+                request = loads_unique(raw)
+            except ProtocolError as e:
+                await self._client_error(
+                    pipeline, 400, f"invalid JSON body: {e}", "invalid_request_error"
+                )
+                return
+            if not isinstance(request, dict):
+                await self._client_error(
+                    pipeline, 400, "request body must be a JSON object", "invalid_request_error"
+                )
+                return
+            info = adapter.request_info(request)
         if (path_stream := adapter.streams_by_path(self.path)) is not None:
             info = dataclasses.replace(info, stream=path_stream)  # Bedrock's converse-stream
         self.streaming = info.stream

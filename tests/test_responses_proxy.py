@@ -612,6 +612,58 @@ def test_background_polling(env: tuple[Gateway, FakeUpstream]) -> None:
     assert "Moon" not in stripped.output_text and DISCLOSURE in stripped.output_text
 
 
+def _stored_stream(gw: Gateway, scenario: str, policy: str | None = None) -> list[Any]:
+    return list(
+        _client(gw).responses.retrieve("resp_bg", stream=True, extra_headers=_h(scenario, policy))
+    )
+
+
+def test_a_stored_stream_is_verified_like_a_create_stream(
+    env: tuple[Gateway, FakeUpstream],
+) -> None:
+    gw, up = env
+    # `GET /v1/responses/{id}?stream=true` replays the stored response as events.
+    assert _check_copies(_stored_stream(gw, "stored-echo-sse")) == GOOD
+    assert (up.requests[-1].method, up.requests[-1].query) == ("GET", "stream=true")
+    r = httpx.get(f"{gw.url}/v1/responses/resp_bg?stream=true", headers=_h("stored-echo-sse"))
+    assert r.headers["x-citewarden-decision"] == "released"
+    assert r.headers["content-type"].startswith("text/event-stream")
+    # A failing claim: blocked (buffer), stripped (buffer and progressive), never relayed.
+    with pytest.raises(openai.UnprocessableEntityError):
+        _stored_stream(gw, "stored-mixed-sse")
+    for policy in ("strip", "prog"):
+        text = _check_copies(_stored_stream(gw, "stored-mixed-sse", policy))
+        assert text.startswith(KEPT_FIRST) and DISCLOSURE in text
+        r = httpx.get(
+            f"{gw.url}/v1/responses/resp_bg?stream=true", headers=_h("stored-mixed-sse", policy)
+        )
+        raw = "".join(f"{k}: {v}\n" for k, v in r.headers.items()).encode() + r.content
+        assert r.status_code == 200 and b"Moon" not in raw
+    # Without context (no echoed instructions) it fails closed, as the JSON one does.
+    with pytest.raises(openai.UnprocessableEntityError):
+        list(
+            _client(gw).responses.retrieve(
+                "resp_bare", stream=True, extra_headers=_h("stored-bare-sse")
+            )
+        )
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["stream=true&starting_after=3", "starting_after=0", "stream=true&stream=false", "stream=1"],
+)
+def test_a_stored_stream_that_cannot_be_verified_whole_is_refused(
+    env: tuple[Gateway, FakeUpstream], query: str
+) -> None:
+    gw, up = env
+    up.clear()
+    r = httpx.get(f"{gw.url}/v1/responses/resp_bg?{query}", headers=_h("stored-mixed-sse"))
+    assert r.status_code == 400
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    assert b"Moon" not in r.content
+    assert up.requests == []  # nothing was forwarded
+
+
 # -- retry -----------------------------------------------------------------------------------------
 
 

@@ -186,6 +186,11 @@ class Adapter(ABC):
         """Whether the path alone asks for a stream (Gemini, Bedrock); None: the body says."""
         return None
 
+    def stored_request_info(self, query: str) -> RequestInfo:
+        """A stored answer's GET (`stored_answers`): what its query asks for. ProtocolError:
+        a query the gateway cannot verify the answer to (a client error)."""
+        return self.request_info({})
+
     def forward_body(self, raw: bytes, path_qs: str, policy: Policy) -> bytes:
         """The request body to forward upstream (a rewrite such as Responses' `include`)."""
         return raw

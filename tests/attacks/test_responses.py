@@ -104,24 +104,34 @@ def test_file_citation_the_results_do_not_support_is_removed(
     assert_no_leak(resp)
 
 
+@pytest.mark.parametrize("mode", ["json", "buffer", "progressive"])
 @pytest.mark.parametrize(("text", "released"), [(GOOD, True), (f"{GOOD} {BAD}", False)])
 def test_stored_response_is_verified(
-    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream], text: str, released: bool
+    gateway: GatewayProcess,
+    upstream: tuple[str, FakeUpstream],
+    text: str,
+    released: bool,
+    mode: Mode,
 ) -> None:
     """GET /v1/responses/{id} returns model output: verified like a created response (its
-    echoed instructions are all it says of its prompt)."""
+    echoed instructions are all it says of its prompt), also streamed (`?stream=true`)."""
     _, up = upstream
-    key = f"stored-{released}"
+    key = f"stored-{released}-{mode}"
     b = body(text)
     b["instructions"] = RESPONSES.request(QUESTION, False)["instructions"]
-    up.on(key, Json(b))
-    resp = gateway.send("GET", f"/v1/responses/{ID}", headers=[(SCENARIO_HEADER, key)])
+    up.on(key, _behaviour(b, mode))
+    headers = [(SCENARIO_HEADER, key)]
+    if mode == "progressive":
+        headers.append(("x-attack-mode", "progressive"))
+    query = "" if mode == "json" else "?stream=true"
+    resp = gateway.send("GET", f"/v1/responses/{ID}{query}", headers=headers)
     assert [r.path for r in up.requests if r.header(SCENARIO_HEADER) == key] == [
         f"/v1/responses/{ID}"]
     assert resp.status == 200, resp.raw[:800]
     assert_no_leak(resp)
     decision = resp.header("x-citewarden-decision")
-    assert decision == ("released" if released else "partial"), decision
+    want = "progressive" if mode == "progressive" else "released" if released else "partial"
+    assert decision == want, decision
     assert GOOD in RESPONSES.answer_text(resp)
 
 

@@ -5,10 +5,12 @@ context and framer together behind the interface every protocol offers."""
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.context import Trust
+from gateway.errors import ProtocolError
 from gateway.policy import Policy, Route
 from gateway.protocols.base import (
     Adapter,
@@ -36,6 +38,24 @@ from gateway.types import Answer, Claim, ContextSet, Outcome
 __all__ = ["OpenAIResponses"]
 
 
+def stored_stream(query: str) -> bool:
+    """Whether a stored response's GET query asks for a stream (`stream=true`). ProtocolError
+    for `starting_after` (a resumed stream) and for a `stream` given twice or as anything but
+    `true` / `false`: which one the upstream reads is not the gateway's to guess."""
+    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    if any(k == "starting_after" for k, _ in pairs):
+        raise ProtocolError(
+            "citewarden verifies a stored response's stream only from its start: "
+            "starting_after is not supported"
+        )
+    values = [v for k, v in pairs if k == "stream"]
+    if not values:
+        return False
+    if len(values) > 1 or values[0] not in ("true", "false"):
+        raise ProtocolError("the stream query parameter must be given once, as true or false")
+    return values[0] == "true"
+
+
 def _terminal(event: SSEEvent) -> bool:
     """A `response.completed` / `response.incomplete` event (parsed only when it could be)."""
     return "response." in event.data and loads(event.data).get("type") in TERMINAL
@@ -51,6 +71,12 @@ class OpenAIResponses(Adapter):
 
     def request_info(self, body: Mapping[str, object]) -> RequestInfo:
         return RequestInfo(stream=body.get("stream") is True, include_usage=True, n=1)
+
+    def stored_request_info(self, query: str) -> RequestInfo:
+        """`GET /v1/responses/{id}?stream=true` replays a stored response as a stream, verified
+        like a create stream. A resumed one (`starting_after`) is refused: the text before
+        its first event is never seen, so a claim cut there could not be checked whole."""
+        return RequestInfo(stream=stored_stream(query), include_usage=True, n=1)
 
     def request_context(self, body: Mapping[str, object], ctx: ContextSet, trust: Trust) -> None:
         rctx.request_context(body, ctx, trust.pattern, trust)

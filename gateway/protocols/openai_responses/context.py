@@ -34,6 +34,7 @@ __all__ = [
     "file_search_chunks",
     "forward_body",
     "had_request",
+    "instructions_context",
     "remember_request",
     "request_context",
     "response_context",
@@ -181,7 +182,20 @@ def response_context(
     ctx.extend(file_search_chunks(body))
     if had_request():
         return  # the request's own instructions were read; the upstream's echo adds nothing
-    instructions = body.get("instructions")
+    instructions_context(body, ctx, trust, pattern)
+
+
+def instructions_context(
+    response: Mapping[str, object],
+    ctx: ContextSet,
+    trust: Trust,
+    pattern: re.Pattern[str] | None = None,
+) -> None:
+    """A stored response's echoed instructions into `ctx`, read as the request's instructions
+    would be (signing included); `pattern`: the policy's chunk pattern (default: the trust's)."""
+    if pattern is None:
+        pattern = trust.pattern
+    instructions = response.get("instructions")
     if isinstance(instructions, str):
         read_tags(ctx, instructions, pattern, trust, True)
     else:

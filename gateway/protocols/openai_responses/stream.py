@@ -16,9 +16,15 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gateway.context import DEFAULT_TRUST, trust_of
 from gateway.errors import ProtocolError
+from gateway.policy import ContextSpec
 from gateway.protocols.base import StreamParser, TextDelta, channel_key
-from gateway.protocols.openai_responses.context import file_search_chunks
+from gateway.protocols.openai_responses.context import (
+    file_search_chunks,
+    had_request,
+    instructions_context,
+)
 from gateway.protocols.openai_responses.fields import ITEM_SHAPES, shape_ok
 from gateway.protocols.openai_responses.parse import (
     TEXT,
@@ -179,16 +185,19 @@ class ResponsesStreamParser(StreamParser):
         self._ordinal: dict[tuple[int, int], int] = {}
         self._unknown: list[tuple[str | int, ...]] = []
         self._ctx: ContextSet | None = None
+        self._trust = DEFAULT_TRUST
         self._done = False
         # Text of the last output_text.delta, handed on with the next event: the annotation
         # that cites a claim follows the delta that ends it, and a claim verifier must see it.
         self._held: list[TextDelta] = []
 
-    def bind_context(self, ctx: ContextSet, spec: object) -> None:
+    def bind_context(self, ctx: ContextSet, spec: ContextSpec) -> None:
         """File-search results that arrive in the stream join `ctx` as they come (on routes
-        whose context comes from the response), before the claims that cite them."""
-        if "response" in getattr(spec, "from_", ()):
+        whose context comes from the response), before the claims that cite them; so does a
+        stored response's echoed instructions (a GET without a body), from its first event."""
+        if "response" in spec.from_:
             self._ctx = ctx
+            self._trust = trust_of(spec)
 
     @property
     def done(self) -> bool:
@@ -237,6 +246,8 @@ class ResponsesStreamParser(StreamParser):
                 raise ProtocolError(f"openai-responses: {etype} without a response")
             if self._head is not None and resp.get("id") != self._head.get("id"):
                 raise ProtocolError("openai-responses: the response id changed mid-stream")
+            if self._head is None and self._ctx is not None and not had_request():
+                instructions_context(resp, self._ctx, self._trust)
             self._head = resp
             return []
         if etype in TERMINAL:
