@@ -1,7 +1,14 @@
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.checks.support import _TOKEN, STOPWORDS, LexicalSupport, content_words
+from gateway.checks.support import (
+    _TOKEN,
+    STOPWORDS,
+    LexicalSupport,
+    content_words,
+    lexical_score,
+)
 from gateway.citations import CitationParser
 from gateway.policy import Citations
 from gateway.types import Chunk, Claim, ContextSet, Status
@@ -71,3 +78,38 @@ _WORDISH = st.text(alphabet=st.characters(max_codepoint=127)) | st.lists(
 @given(_WORDISH)
 def test_ascii_fast_path_equals_the_token_pattern(text: str) -> None:
     assert content_words(text) == _content_words_by_pattern(text)
+
+
+# Markup a markdown client hides, stuffed with the cited chunk's words, beside a sentence the
+# reader sees without them.
+_STUFFING = "reactor cooling system uses pressurised water loops"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"Bananas grow on tall trees <!-- {_STUFFING} --> [a:1].",
+        f"Bananas grow on tall trees <!-- {_STUFFING} [a:1].",  # a comment left open
+        f'Bananas grow on tall <span title="{_STUFFING}">trees</span> [a:1].',
+        f'Bananas grow on [tall trees](https://x.example/{_STUFFING.replace(" ", "-")} '
+        f'"{_STUFFING}") [a:1].',
+        f"Bananas grow on tall trees ![x](https://x.example/{_STUFFING.replace(' ', '/')}) [a:1].",
+    ],
+)
+def test_hidden_markup_does_not_raise_support(text: str) -> None:
+    lexical = LexicalSupport(pass_above=0.8, fail_below=0.3)
+    assert lexical.run(claim(text), CTX).reason == "unsupported"
+    assert lexical_score(text, ["The reactor cooling system uses pressurised water loops."]) == 0.0
+
+
+def test_markup_scores_the_lower_of_written_and_shown() -> None:
+    # A supported sentence with a link keeps the score it had as written (the link's URL
+    # words count against it), and one whose words are all shown is unchanged.
+    shown = "The cooling system uses water loops"
+    linked = f"{shown}, see [the spec](https://spec.example/cooling) [a:1]."
+    chunk = ["The reactor cooling system uses pressurised water loops."]
+    written = len(content_words(shown) & content_words(chunk[0])) / len(content_words(linked))
+    assert lexical_score(linked, chunk) == pytest.approx(written)
+    # A tag's text is shown: emphasis changes nothing.
+    assert lexical_score("The cooling system uses <b>water</b> loops [a:1].", chunk) == 1.0
+    assert lexical_score(f"{shown} [a:1].", chunk) == 1.0

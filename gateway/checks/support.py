@@ -4,6 +4,11 @@ Content words are lowercased word tokens of at least three characters, not stopw
 pure numbers (numbers are number_mismatch's job). Support = |claim words found in the union of
 cited sources| / |claim words|. A claim without content words passes.
 
+Markup a markdown client does not show (an HTML comment, a tag, a link's destination and
+title) could carry a cited source's words and raise the score of a sentence the reader sees
+without them: a claim with such markup is scored both with and without it, and the lower
+score counts.
+
 With `support.lexical` (or a judge) the score settles clear cases: strictly above `pass_above`
 passes, strictly below `fail_below` fails. Between the bounds, a policy with `support.judge`
 leaves the claim to the judge pass (error kind `judge_pending`, which only the judge pass
@@ -18,7 +23,7 @@ from collections.abc import Sequence
 from gateway.checks.base import ClaimFacts, FactsCheck
 from gateway.types import CheckResult
 
-__all__ = ["LexicalSupport", "content_words", "lexical_score"]
+__all__ = ["LexicalSupport", "content_words", "lexical_score", "shown_words"]
 
 _TOKEN = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _STOPWORDS_WORDS = """
@@ -71,6 +76,43 @@ def content_words(text: str) -> frozenset[str]:
     return frozenset([w for w in words if len(w) >= 3 and not w.isdigit()])
 
 
+# What a markdown client does not show: HTML comments (one left open runs to the end), tags
+# (their text stays), and the destination and title of an inline link or image.
+_HIDDEN = re.compile(
+    r"<!--.*?(?:-->|$)|</?[A-Za-z][^<>]*>"
+    r"|(?<=\])\([^()\s]*(?:\s+(?:\"[^\"]*\"|'[^']*'))?\)",
+    re.DOTALL,
+)
+
+
+def shown_words(text: str, words: frozenset[str]) -> frozenset[str] | None:
+    """The content words of `text` as a markdown client shows it, when its markup hides some
+    of `words` (the content words of the text as written); None when it hides none."""
+    if "<" not in text and "](" not in text:
+        return None
+    shown = content_words(_HIDDEN.sub(" ", text))
+    return shown if shown and shown != words else None
+
+
+def _found(words: frozenset[str], sources: Sequence[frozenset[str]]) -> int:
+    if len(sources) == 1:
+        return len(words & sources[0])
+    seen: set[str] = set()
+    for s in sources:
+        seen |= words & s
+    return len(seen)
+
+
+def _score(words: frozenset[str], text: str, sources: Sequence[frozenset[str]]) -> float:
+    """The support of `words` (the content words of `text`): the lower of the text's as
+    written and as shown."""
+    support = _found(words, sources) / len(words)
+    shown = shown_words(text, words)
+    if shown is not None:
+        support = min(support, _found(shown, sources) / len(shown))
+    return support
+
+
 class LexicalSupport(FactsCheck):
     name = "unsupported"
 
@@ -94,14 +136,7 @@ class LexicalSupport(FactsCheck):
         if not words:
             return self._ok
         indexed, textless = facts.sources()
-        if len(indexed) == 1:
-            found = len(words & indexed[0].words)
-        else:
-            seen: set[str] = set()
-            for s in indexed:
-                seen |= words & s.words
-            found = len(seen)
-        support = found / len(words)
+        support = _score(words, facts.body, [s.words for s in indexed])
         if self.pass_above is None:
             if support >= self.threshold:
                 return self._ok
@@ -125,7 +160,4 @@ def lexical_score(claim: str, sources: Sequence[str]) -> float | None:
     words = content_words(claim)
     if not words:
         return None
-    seen: set[str] = set()
-    for text in sources:
-        seen |= words & content_words(text)
-    return len(seen) / len(words)
+    return _score(words, claim, [content_words(text) for text in sources])
