@@ -405,6 +405,7 @@ def test_an_unseen_character_splits_no_number(c: str) -> None:
         # Under a bidi override "40" shows as "04": both readings must be in the source.
         ("It has \u202e40\u202c rooms", "It has 40 rooms."),
         ("It has \u202d40\u202c rooms", "It has 40 rooms."),
+        ("In 2021 it had \u202e12 rooms", "In 2021 it had 12 rooms."),  # to the line's end
     ],
 )
 def test_numbers_are_read_as_shown(text: str, chunk: str) -> None:
@@ -420,6 +421,8 @@ def test_numbers_are_read_as_shown(text: str, chunk: str) -> None:
         ("It has ⁴² rooms", "It has 42 rooms."),
         ("It took ¾ of the time", "It took ¾ of the time."),
         ("It has \u202e44\u202c rooms", "It has 44 rooms."),  # the same both ways
+        # Only the overridden span shows reversed (up to its pop, U+202C).
+        ("In 2021 it had \u202e44\u202c rooms and 12 halls", "In 2021: 44 rooms, 12 halls."),
         ("Its size is 64 MB¹", "Its size is 64 MB."),  # a footnote after a word
         ("It holds 10⁴ litres", "It holds 10,000 litres."),  # a power after 10
     ],

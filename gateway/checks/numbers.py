@@ -165,8 +165,10 @@ _UNSEEN_CATEGORIES = frozenset({"Cf", "Mn", "Me", "Cc"})
 _FILLERS = frozenset("\u115f\u1160\u3164\uffa0")
 # Hyphens a number word may be written with ("forty\u2011two"), read as "-".
 _HYPHENS = str.maketrans({"\u2010": "-", "\u2011": "-"})
-# A bidi override shows the characters after it in reverse ("\u202e24" shows as "42").
+# A bidi override shows the characters after it in reverse ("\u202e24" shows as "42"), up to
+# its pop (U+202C) or the paragraph's end.
 _OVERRIDES = ("\u202d", "\u202e")
+_OVERRIDDEN = re.compile("[\u202d\u202e][^\u202c\n\r\u2029]*")
 _DIGIT_RUN = re.compile(r"\d[\d.,]*")
 # Superscript digits at a word's start are a number as shown ("has ⁴² reactors"); after a
 # word they are a footnote ("MB¹"), after a base of 10 a power (`_POWER`).
@@ -189,12 +191,16 @@ def _as_read(text: str) -> str:
     join the one before, so none splits a number or a number word (a zero-width space inside
     "42" or a soft hyphen inside "forty" is read as it shows: 42, forty); Unicode hyphens as
     "-", superscript digits at a word's start as digits, a vulgar fraction as its two numbers.
-    Under a bidi override the digits show in reverse: the text is then read both ways (its
-    digit runs reversed appended), so a number there must be in a source as written and as
-    shown."""
+    Under a bidi override the digits show in reverse: the overridden spans are read again
+    with their digit runs reversed (appended to the text), so a number there must be in a
+    source as written and as shown."""
     if text.isascii():
         return _ODD.sub("", text)  # controls other than whitespace
-    reverse = any(o in text for o in _OVERRIDES)
+    overridden = (
+        [m.group() for m in _OVERRIDDEN.finditer(text)]
+        if any(o in text for o in _OVERRIDES)
+        else []
+    )
     if _ODD.search(text) is not None:
         text = _ODD.sub(_seen, text)
     if "\u2010" in text or "\u2011" in text:
@@ -203,8 +209,8 @@ def _as_read(text: str) -> str:
         text = _LONE_SUPERSCRIPT.sub(lambda m: m.group().translate(_SUPER), text)
     if _FRACTION.search(text) is not None:
         text = _FRACTION.sub(lambda m: " " + unicodedata.normalize("NFKC", m.group()) + " ", text)
-    if reverse:
-        text = text + "\n" + _DIGIT_RUN.sub(lambda m: m.group()[::-1], text)
+    for span in overridden:
+        text += "\n" + _DIGIT_RUN.sub(lambda m: m.group()[::-1], _as_read(span[1:]))
     return text
 
 
