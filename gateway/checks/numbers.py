@@ -17,6 +17,7 @@ Numbers are read by value, the same way on both sides (claim and chunk, DESIGN �
   matches any unit). A decade ("1970s", "1970's", "1970 's") is the year, without a unit.
   Years and dates are numbers too.
 
+A currency code written against its amount ("USD42") does not hide it: the code is set apart.
 Numbers are read as shown: a character that renders as nothing or joins the one before
 (U+200B, a soft hyphen, a combining mark, a control) splits neither a number nor a number word,
 superscript digits at a word's start are digits ("⁴²"), a vulgar fraction ("¾") is its two
@@ -178,31 +179,46 @@ _FRACTIONS = "¼½¾⅐⅑⅒⅓⅔⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞↉"
 _FRACTION = re.compile(f"[{_FRACTIONS}]")
 
 
+def _unseen(c: str) -> bool:
+    return c in _FILLERS or unicodedata.category(c) in _UNSEEN_CATEGORIES
+
+
 def _seen(m: re.Match[str]) -> str:
-    return "".join(
-        c
-        for c in m.group()
-        if c not in _FILLERS and unicodedata.category(c) not in _UNSEEN_CATEGORIES
-    )
+    return "".join(c for c in m.group() if not _unseen(c))
+
+
+def _seen_split(m: re.Match[str]) -> str:
+    return "".join(" " if _unseen(c) else c for c in m.group())
 
 
 def _as_read(text: str) -> str:
     """`text` as a reader sees its numbers: without the characters that render as nothing or
     join the one before, so none splits a number or a number word (a zero-width space inside
-    "42" or a soft hyphen inside "forty" is read as it shows: 42, forty); Unicode hyphens as
+    "42" or a soft hyphen inside "forty" is read as it shows: 42, forty) — and, since a
+    renderer may also show them or break the line there, the text split at them is read too;
+    Unicode hyphens as
     "-", superscript digits at a word's start as digits, a vulgar fraction as its two numbers.
     Under a bidi override the digits show in reverse: the overridden spans are read again
     with their digit runs reversed (appended to the text), so a number there must be in a
     source as written and as shown."""
-    if text.isascii():
-        return _ODD.sub("", text)  # controls other than whitespace
+    if text.isascii():  # only controls other than whitespace are unseen: read both ways
+        if _ODD.search(text) is None:
+            return text
+        return _ODD.sub("", text) + "\n" + _ODD.sub(" ", text)
     overridden = (
         [m.group() for m in _OVERRIDDEN.finditer(text)]
         if any(o in text for o in _OVERRIDES)
         else []
     )
     if _ODD.search(text) is not None:
-        text = _ODD.sub(_seen, text)
+        # A renderer may show such a character (a box), or break the line at it (a soft
+        # hyphen shows as "-"), or show nothing: the text is read both joined and split
+        # there, so "4"+U+200B+"2" must be supported as 42 and as 4 and 2, and "has"+U+200B+
+        # "42" still has the number 42 (joined, digits after letters are a word's).
+        joined = _ODD.sub(_seen, text)
+        if joined != text:
+            split = _ODD.sub(_seen_split, text)
+            text = joined if split == joined else joined + "\n" + split
     if "\u2010" in text or "\u2011" in text:
         text = text.translate(_HYPHENS)
     if _LONE_SUPERSCRIPT.search(text) is not None:
@@ -212,6 +228,22 @@ def _as_read(text: str) -> str:
     for span in overridden:
         text += "\n" + _DIGIT_RUN.sub(lambda m: m.group()[::-1], _as_read(span[1:]))
     return text
+
+
+# A currency code written against its amount ("USD42", "EUR1,200"): digits after letters are
+# a word's ("A4", "H2O") and not read, so the code is set apart from its digits first.
+_CURRENCY_CODES = (
+    "USD|EUR|GBP|JPY|CNY|RMB|INR|CHF|CAD|AUD|NZD|HKD|SGD|SEK|NOK|DKK|KRW|BRL|MXN|ZAR|RUB|TRY"
+    "|PLN"
+)
+_CODE_GLUED = re.compile(rf"(?:{_CURRENCY_CODES})(?=\d)")
+
+
+def _code_apart(m: re.Match[str]) -> str:
+    s = m.string
+    k = m.start()
+    glued = k > 0 and (s[k - 1].isalnum() or s[k - 1] == "_")  # "XUSD4": a word's
+    return m.group() if glued else m.group() + " "
 
 
 # (value, is_percent, unit or "")
@@ -236,6 +268,8 @@ def numbers_in(text: str) -> list[Quantity]:
         ascii_text = text.isascii()
     if "[" in text and _BARE_START.search(text):
         text = _BARE_CITATION.sub(" ", text)
+    if _CODE_GLUED.search(text) is not None:
+        text = _CODE_GLUED.sub(_code_apart, text)
     tokens: list[bytes] = []
     folded = b""
     if ascii_text:  # both prechecks from one pass in C

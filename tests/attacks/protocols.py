@@ -1307,6 +1307,8 @@ ESCAPES: dict[str, str] = {
     "lone-superscript-number": f"{GOOD} The Orbit pump by {MARKER} moves ⁹⁰ litres per minute "
     "[kb:1].",
     "vulgar-fraction": f"{GOOD} The Orbit pump by {MARKER} moves ½ litre per minute [kb:1].",
+    "currency-code-against-amount": f"{GOOD} The Orbit pump by {MARKER} costs USD90 per "
+    "minute [kb:1].",
     "bidi-override-number": f"{GOOD} The Orbit pump by {MARKER} moves \u202e40\u202c litres "
     "per minute [kb:1].",
 }
@@ -1318,7 +1320,8 @@ RELEASED: dict[str, str] = {
     "numbered-list": f"1. {GOOD}",
     "number-word-correct": "The Orbit pump moves forty litres per minute [kb:1].",
     "abstention-whole": "I don't know.",
-    "zero-width-in-correct-number": "The Orbit pump moves 4\u200b0 litres per minute [kb:1].",
+    "soft-hyphen-in-correct-number-word": "The Orbit pump moves for\u00adty litres per minute "
+    "[kb:1].",
     "ideographic-sentences": "The Orbit pump moves 40 litres per minute [kb:1]。The Orbit pump "
     "moves 40 litres per minute [kb:1]。",
     "low-high-quote-correct": "The manual says „The Orbit pump moves 40 litres per minute“ "
