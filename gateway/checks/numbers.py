@@ -17,7 +17,8 @@ Numbers are read by value, the same way on both sides (claim and chunk, DESIGN �
   matches any unit). A decade ("1970s", "1970's", "1970 's") is the year, without a unit.
   Years and dates are numbers too.
 
-A currency code written against its amount ("USD42") does not hide it: the code is set apart.
+A currency code written against its amount ("USD42"), or a fiscal period's prefix against its
+number ("FY2024", "Q3"), does not hide it: the prefix is set apart.
 Numbers are read as shown: a character that renders as nothing or joins the one before
 (U+200B, a soft hyphen, a combining mark, a control) splits neither a number nor a number word,
 superscript digits at a word's start are digits ("⁴²"), a vulgar fraction ("¾") is its two
@@ -230,13 +231,14 @@ def _as_read(text: str) -> str:
     return text
 
 
-# A currency code written against its amount ("USD42", "EUR1,200"): digits after letters are
-# a word's ("A4", "H2O") and not read, so the code is set apart from its digits first.
-_CURRENCY_CODES = (
+# A currency code written against its amount ("USD42", "EUR1,200") or a fiscal period's prefix
+# against its number ("FY2024", "Q3"): digits after letters are a word's ("A4", "H2O") and
+# not read, so these are set apart from their digits first.
+_PREFIXES = (
     "USD|EUR|GBP|JPY|CNY|RMB|INR|CHF|CAD|AUD|NZD|HKD|SGD|SEK|NOK|DKK|KRW|BRL|MXN|ZAR|RUB|TRY"
-    "|PLN"
+    "|PLN|FY|Q"
 )
-_CODE_GLUED = re.compile(rf"(?:{_CURRENCY_CODES})(?=\d)")
+_CODE_GLUED = re.compile(rf"(?:{_PREFIXES})(?=\d)")
 
 
 def _code_apart(m: re.Match[str]) -> str:
