@@ -49,6 +49,11 @@ def test_demo_upstream_speaks_responses(client: openai.OpenAI) -> None:
     resp = raw.parse()
     assert resp.output_text == ANSWERS["good"].text
     assert client.responses.retrieve(resp.id).output_text == ANSWERS["good"].text
+    # The banner's stored-stream example: replayed as events, verified as a stream.
+    events = list(client.responses.retrieve(resp.id, stream=True))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == ANSWERS["good"].text
+    assert events[-1].type == "response.completed"
 
 
 def test_demo_partial_create_stream_and_background(client: openai.OpenAI) -> None:

@@ -214,6 +214,8 @@ class DemoUpstream:
             error = responses_wire.response_error("No response with that id.", "not_found")
             return JSONResponse(error, status_code=404)
         resp, headers = found
+        if request.query_params.get("stream") == "true":  # replayed as its event stream
+            return self._stream(responses_wire.response_events(resp, chunk_size=6), headers)
         return JSONResponse(resp, headers=headers)
 
     async def rag_answer(self, request: Request) -> Response:

@@ -79,8 +79,9 @@ def banner(gateway_url: str, admin_url: str, *, audit_file: str | None = None) -
         f"  {_curl(responses, create)}",
         "  # the same as a typed event stream, released claim by claim",
         f"  {_curl(responses, {**create, 'stream': True})}",
-        "  # a stored response is verified too (use an id from above):",
+        "  # a stored response is verified too (use an id from above), also as a stream:",
         f"  curl -sS -D - {responses}/RESPONSE_ID",
+        f"  curl -N -sS -D - '{responses}/RESPONSE_ID?stream=true'",
     ]
     lines += [
         "",
