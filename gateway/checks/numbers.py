@@ -19,10 +19,11 @@ Numbers are read by value, the same way on both sides (claim and chunk, DESIGN �
 
 A currency code written against its amount ("USD42"), or a fiscal period's prefix against its
 number ("FY2024", "Q3"), does not hide it: the prefix is set apart.
-Numbers are read as shown: a character that renders as nothing or joins the one before
-(U+200B, a soft hyphen, a combining mark, a control) splits neither a number nor a number word,
-superscript digits at a word's start are digits ("⁴²"), a vulgar fraction ("¾") is its two
-numbers, and digits under a bidi override must match both as written and as shown.
+Numbers are read as they may show: a character that renders as nothing or joins the one
+before (U+200B, a soft hyphen, a combining mark, a control) splits neither a number nor a
+number word, and the text split at it is read too (a renderer may show it or break the line
+there); superscript digits at a word's start are digits ("⁴²"), a vulgar fraction ("¾") is
+its two numbers, and digits under a bidi override must match both as written and as shown.
 
 A bare citation number in brackets ("according to [1]", "[2, 3]", "[^4]") is not a number, in
 any citation format; neither are numbers inside the claim's own citation markers (blanked by
@@ -193,15 +194,13 @@ def _seen_split(m: re.Match[str]) -> str:
 
 
 def _as_read(text: str) -> str:
-    """`text` as a reader sees its numbers: without the characters that render as nothing or
-    join the one before, so none splits a number or a number word (a zero-width space inside
-    "42" or a soft hyphen inside "forty" is read as it shows: 42, forty) — and, since a
-    renderer may also show them or break the line there, the text split at them is read too;
-    Unicode hyphens as
-    "-", superscript digits at a word's start as digits, a vulgar fraction as its two numbers.
-    Under a bidi override the digits show in reverse: the overridden spans are read again
-    with their digit runs reversed (appended to the text), so a number there must be in a
-    source as written and as shown."""
+    """`text` as a reader may see its numbers. Characters that render as nothing or join the
+    one before split neither a number nor a number word (a zero-width space inside "42", a
+    soft hyphen inside "forty"); since a renderer may also show them or break the line there,
+    the text split at them is appended too. Unicode hyphens read as "-", superscript digits
+    at a word's start as digits, a vulgar fraction as its two numbers. Under a bidi override
+    the digits show in reverse: the overridden spans are appended with their digit runs
+    reversed. Every number of every reading must then be in a source."""
     if text.isascii():  # only controls other than whitespace are unseen: read both ways
         if _ODD.search(text) is None:
             return text
