@@ -269,8 +269,6 @@ def numbers_in(text: str) -> list[Quantity]:
         ascii_text = text.isascii()
     if "[" in text and _BARE_START.search(text):
         text = _BARE_CITATION.sub(" ", text)
-    if _CODE_GLUED.search(text) is not None:
-        text = _CODE_GLUED.sub(_code_apart, text)
     tokens: list[bytes] = []
     folded = b""
     if ascii_text:  # both prechecks from one pass in C
@@ -350,12 +348,14 @@ def _digit_numbers(text: str, ascii_text: bool, first: int = 0) -> list[Quantity
         return _scan(text)
     out: list[Quantity] = []
     memo = _FAST_MEMO
+    glued = False
     for g in (_FAST_ASCII if ascii_text else _FAST).findall(text, first):
         if g[2]:
             return _scan(text)  # a power may follow (read, even inside a word, by `_scan`)
         pre = g[1]
         if pre and pre != " ":
             if pre.isalnum() or pre == "_" or pre == ",":
+                glued = glued or pre.isalpha()
                 continue  # inside a word or a number ("A4")
             if pre == ".":
                 return _scan(text)
@@ -369,19 +369,32 @@ def _digit_numbers(text: str, ascii_text: bool, first: int = 0) -> list[Quantity
                     memo.clear()
                 memo[g] = q
         out.append(q)
+    if glued and (apart := _prefixes_apart(text)) is not None:
+        return _digit_numbers(apart, ascii_text)
     return out
+
+
+def _prefixes_apart(text: str) -> str | None:
+    """`text` with every currency code or fiscal prefix set apart from the digits written
+    against it (`_CODE_GLUED`); None when it has none."""
+    if _CODE_GLUED.search(text) is None:
+        return None
+    apart = _CODE_GLUED.sub(_code_apart, text)
+    return None if apart == text else apart  # "XUSD4": inside a word, nothing set apart
 
 
 def _scan(text: str) -> list[Quantity]:
     """`_digit_numbers` for any text: each match's start is read by `_number_at`."""
     out: list[Quantity] = []
     memo = _MEMO
+    glued = False
     for m in _NUMBER.finditer(text):
         d = m.start()
         negative = False
         if d:
             before = text[d - 1]
             if before.isalnum() or before == "_" or before == ",":
+                glued = glued or before.isalpha()
                 continue  # inside a word or a number ("A4", "v2.1.3")
             if before == "." or _SIGNS_NEAR.search(text, max(d - 4, 0), d):
                 lead, negative = _number_at(text, d)
@@ -403,6 +416,8 @@ def _scan(text: str) -> list[Quantity]:
         if q is None:
             q = _remember(key, _digits(m.groups()))
         out.append(_negate(q) if negative else q)
+    if glued and (apart := _prefixes_apart(text)) is not None:
+        return _scan(apart)
     return out
 
 
