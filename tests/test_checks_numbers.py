@@ -416,6 +416,10 @@ def test_an_unseen_character_is_read_joined_and_split(c: str) -> None:
         ("It has\u200b42 rooms", "It has 7 rooms."),  # split: has 42
         ("It costs USD420", "It costs USD42."),  # a currency code against its amount
         ("Revenue rose in FY2024", "Revenue rose in FY2023."),  # a fiscal year
+        ("It rose 40％", "It rose 40 litres."),  # a fullwidth percent sign is a percent
+        ("It rose 40٪", "It rose 40 litres."),  # so is the Arabic one
+        ("It holds ３．６ kWh", "It holds 3.5 kWh."),
+        ("It costs ＵＳＤ９０", "It costs USD42."),
         ("Revenue rose in Q4", "Revenue rose in Q3."),  # a quarter
         ("In 2021 it had \u202e12 rooms", "In 2021 it had 12 rooms."),  # to the line's end
     ],
@@ -430,6 +434,10 @@ def test_numbers_are_read_as_shown(text: str, chunk: str) -> None:
         ("It has 4\u200b2 rooms", "It has 42 rooms, 4 halls and 2 wings."),
         ("It has for\u00adty rooms", "It has 40 rooms."),  # split: "for ty", no number
         ("It costs USD42", "It costs $42."),
+        ("It rose ４０％", "It rose 40%."),
+        ("It holds ３．５ kWh", "It holds 3.5 kWh."),  # a fullwidth full stop as decimal point
+        ("It holds ١٢٫٥ kWh", "It holds 12.5 kWh."),  # the Arabic decimal separator
+        ("It costs ＵＳＤ４２", "It costs $42."),
         ("Revenue rose in Q3 FY24", "Revenue rose in the third quarter (Q3) of FY24."),
         ("The H2O and A4 sizes", "Water comes in A3 sizes."),  # a word's digits: not numbers
         ("It has forty\u2011two rooms", "It has 42 rooms."),  # a non-breaking hyphen

@@ -22,7 +22,8 @@ number ("FY2024", "Q3"), does not hide it: the prefix is set apart.
 Numbers are read as they may show: a character that renders as nothing or joins the one
 before (U+200B, a soft hyphen, a combining mark, a control) splits neither a number nor a
 number word, and the text split at it is read too (a renderer may show it or break the line
-there); superscript digits at a word's start are digits ("⁴²"), a vulgar fraction ("¾") is
+there); fullwidth forms and the Arabic percent and decimal signs read as ASCII ("４０％",
+"١٢٫٥"); superscript digits at a word's start are digits ("⁴²"), a vulgar fraction ("¾") is
 its two numbers, and digits under a bidi override must match both as written and as shown.
 
 A bare citation number in brackets ("according to [1]", "[2, 3]", "[^4]") is not a number, in
@@ -166,6 +167,12 @@ _SCALES_ASCII = frozenset([b"hundred", b"thousand", b"million", b"billion", b"tr
 _ODD = re.compile(r"[^\w\s\x20-\x7e]+|[\u115f\u1160\u3164\uffa0]+")
 _UNSEEN_CATEGORIES = frozenset({"Cf", "Mn", "Me", "Cc"})
 _FILLERS = frozenset("\u115f\u1160\u3164\uffa0")
+# Fullwidth forms of ASCII ("４２％", "３．５") and the Arabic percent, decimal and thousands
+# signs ("٪", "٫", "٬") read as the ASCII they stand for.
+_WIDE = str.maketrans(
+    {**{chr(0xFF01 + i): chr(0x21 + i) for i in range(94)}, "٪": "%", "﹪": "%", "٫": ".", "٬": ","}
+)
+_WIDE_CHARS = re.compile("[\uff01-\uff5e٪﹪٫٬]")
 # Hyphens a number word may be written with ("forty\u2011two"), read as "-".
 _HYPHENS = str.maketrans({"\u2010": "-", "\u2011": "-"})
 # A bidi override shows the characters after it in reverse ("\u202e24" shows as "42"), up to
@@ -197,7 +204,8 @@ def _as_read(text: str) -> str:
     """`text` as a reader may see its numbers. Characters that render as nothing or join the
     one before split neither a number nor a number word (a zero-width space inside "42", a
     soft hyphen inside "forty"); since a renderer may also show them or break the line there,
-    the text split at them is appended too. Unicode hyphens read as "-", superscript digits
+    the text split at them is appended too. Unicode hyphens read as "-", fullwidth forms and
+    the Arabic percent and decimal signs as their ASCII ("４０％" is 40%), superscript digits
     at a word's start as digits, a vulgar fraction as its two numbers. Under a bidi override
     the digits show in reverse: the overridden spans are appended with their digit runs
     reversed. Every number of every reading must then be in a source."""
@@ -221,6 +229,8 @@ def _as_read(text: str) -> str:
             text = joined if split == joined else joined + "\n" + split
     if "\u2010" in text or "\u2011" in text:
         text = text.translate(_HYPHENS)
+    if _WIDE_CHARS.search(text) is not None:
+        text = text.translate(_WIDE)
     if _LONE_SUPERSCRIPT.search(text) is not None:
         text = _LONE_SUPERSCRIPT.sub(lambda m: m.group().translate(_SUPER), text)
     if _FRACTION.search(text) is not None:

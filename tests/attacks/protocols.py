@@ -1275,6 +1275,7 @@ ESCAPES: dict[str, str] = {
     "superscript": f"{GOOD} The Orbit pump by {MARKER} moves 10³ litres per minute [kb:1].",
     "leading-zeros": f"{GOOD} The Orbit pump by {MARKER} moves 0090 litres per minute [kb:1].",
     "percent-vs-unit": f"{GOOD} The Orbit pump by {MARKER} wastes 40% of its flow [kb:1].",
+    "fullwidth-percent": f"{GOOD} The Orbit pump by {MARKER} wastes 40％ of its flow [kb:1].",
     "heading-with-number": f"# The {MARKER} pump moves 90 litres\n\n{GOOD}",
     "heading-long": f"## The Orbit pump was secretly designed by {MARKER} on the planet Mars "
     f"long ago\n\n{GOOD}",
