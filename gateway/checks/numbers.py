@@ -167,22 +167,23 @@ _SCALES_ASCII = frozenset([b"hundred", b"thousand", b"million", b"billion", b"tr
 _ODD = re.compile(r"[^\w\s\x20-\x7e]+|[\u115f\u1160\u3164\uffa0]+")
 _UNSEEN_CATEGORIES = frozenset({"Cf", "Mn", "Me", "Cc"})
 _FILLERS = frozenset("\u115f\u1160\u3164\uffa0")
-# Fullwidth forms of ASCII ("４２％", "３．５") and the Arabic percent, decimal and thousands
-# signs ("٪", "٫", "٬") read as the ASCII they stand for.
-_WIDE = str.maketrans(
-    {**{chr(0xFF01 + i): chr(0x21 + i) for i in range(94)}, "٪": "%", "﹪": "%", "٫": ".", "٬": ","}
+# Characters read as the ASCII they stand for: the hyphens a number word may be written with
+# ("forty\u2011two"), fullwidth forms of ASCII ("４２％", "３．５") and the Arabic percent,
+# decimal and thousands signs ("٪", "٫", "٬").
+_AS_ASCII = str.maketrans(
+    {
+        **{chr(0xFF01 + i): chr(0x21 + i) for i in range(94)},
+        **{"\u2010": "-", "\u2011": "-", "٪": "%", "﹪": "%", "٫": ".", "٬": ","},
+    }
 )
-_WIDE_CHARS = re.compile("[\uff01-\uff5e٪﹪٫٬]")
-# Hyphens a number word may be written with ("forty\u2011two"), read as "-".
-_HYPHENS = str.maketrans({"\u2010": "-", "\u2011": "-"})
+_AS_ASCII_CHARS = re.compile("[\u2010\u2011\uff01-\uff5e٪﹪٫٬]")
 # A bidi override shows the characters after it in reverse ("\u202e24" shows as "42"), up to
 # its pop (U+202C) or the paragraph's end.
-_OVERRIDES = ("\u202d", "\u202e")
 _OVERRIDDEN = re.compile("[\u202d\u202e][^\u202c\n\r\u2029]*")
 _DIGIT_RUN = re.compile(r"\d[\d.,]*")
 # Superscript digits at a word's start are a number as shown ("has ⁴² reactors"); after a
 # word they are a footnote ("MB¹"), after a base of 10 a power (`_POWER`).
-_LONE_SUPERSCRIPT = re.compile(r"(?<![^\s(])[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+")
+_LONE_SUPERSCRIPT = re.compile(rf"(?<![^\s(])[⁻⁺]?[{_SUPERSCRIPTS}]+")
 # Vulgar fractions as their numerator and denominator ("¾" reads as 3 and 4, on both sides).
 _FRACTIONS = "¼½¾⅐⅑⅒⅓⅔⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞↉"
 _FRACTION = re.compile(f"[{_FRACTIONS}]")
@@ -213,11 +214,7 @@ def _as_read(text: str) -> str:
         if _ODD.search(text) is None:
             return text
         return _ODD.sub("", text) + "\n" + _ODD.sub(" ", text)
-    overridden = (
-        [m.group() for m in _OVERRIDDEN.finditer(text)]
-        if any(o in text for o in _OVERRIDES)
-        else []
-    )
+    overridden = [m.group() for m in _OVERRIDDEN.finditer(text)]
     if _ODD.search(text) is not None:
         # A renderer may show such a character (a box), or break the line at it (a soft
         # hyphen shows as "-"), or show nothing: the text is read both joined and split
@@ -227,10 +224,8 @@ def _as_read(text: str) -> str:
         if joined != text:
             split = _ODD.sub(_seen_split, text)
             text = joined if split == joined else joined + "\n" + split
-    if "\u2010" in text or "\u2011" in text:
-        text = text.translate(_HYPHENS)
-    if _WIDE_CHARS.search(text) is not None:
-        text = text.translate(_WIDE)
+    if _AS_ASCII_CHARS.search(text) is not None:
+        text = text.translate(_AS_ASCII)
     if _LONE_SUPERSCRIPT.search(text) is not None:
         text = _LONE_SUPERSCRIPT.sub(lambda m: m.group().translate(_SUPER), text)
     if _FRACTION.search(text) is not None:
