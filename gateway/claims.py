@@ -100,10 +100,12 @@ _TERMINATOR = re.compile(r"[.!?…](?:(?<=[.!?])[.!?]*)?[\"'”’)»*_]*(?=\s|$
 # follows (Arabic and Urdu, Devanagari, Armenian, the fullwidth full stop, doubled marks), and
 # the ideographic ones, which need none. Searching for it is slower: text that is all ASCII,
 # where both find the same, searches for `_TERMINATOR`.
+_SPACED_ENDS = "؟۔।॥։．‼⁇⁈⁉"
+_IDEOGRAPHIC_ENDS = "。！？｡"
 _CLOSERS = "\"'”’)»*_」』）"
 _TERMINATOR_WIDE = re.compile(
-    rf"[.!?…؟۔।॥։．‼⁇⁈⁉。！？｡](?:(?<=[.!?])[.!?]*)?"
-    rf"(?:(?<=[。！？｡])[。！？｡]*[{_CLOSERS}]*|[{_CLOSERS}]*(?=\s|$))"
+    rf"[.!?…{_SPACED_ENDS}{_IDEOGRAPHIC_ENDS}](?:(?<=[.!?])[.!?]*)?"
+    rf"(?:(?<=[{_IDEOGRAPHIC_ENDS}])[{_IDEOGRAPHIC_ENDS}]*[{_CLOSERS}]*|[{_CLOSERS}]*(?=\s|$))"
 )
 _NONSPACE = re.compile(r"\S")
 _WORD = re.compile(r"[^\W_]")
@@ -119,9 +121,9 @@ _GROUP = re.compile(rf"\[([^\[\]\n]{{0,{MAX_GROUP}}})\](\()?")
 # What new text can let a waiting segmenter decide more.
 _WAKE_LINE = re.compile(r"\n")
 _WAKE_CUT = re.compile(r"[ \t\n\]]")
-_WAKE_TERM = re.compile(r"[.!?…؟۔।॥։．‼⁇⁈⁉。！？｡\n]")
+_WAKE_TERM = re.compile(rf"[.!?…{_SPACED_ENDS}{_IDEOGRAPHIC_ENDS}\n]")
 _TERM_CHAR = re.compile(r"[.!?…]")
-_TERM_CHAR_WIDE = re.compile(r"[.!?…؟۔।॥։．‼⁇⁈⁉。！？｡]")
+_TERM_CHAR_WIDE = re.compile(rf"[.!?…{_SPACED_ENDS}{_IDEOGRAPHIC_ENDS}]")
 
 # Lowercased words that a single "." after them does not end a sentence.
 _ABBREVIATIONS_WORDS = """
