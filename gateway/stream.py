@@ -98,7 +98,10 @@ class StreamVerifier:
         citations = seg.citations
         if self.native is not None:
             citations += self.native.overlapping(seg.start, seg.end, self.length)
-        claim = Claim(self.count, 0, seg.text, seg.start, seg.end, citations, seg.exempt)
+        # A claim that cites is checked, whatever exemption its words match.
+        claim = Claim(
+            self.count, 0, seg.text, seg.start, seg.end, citations, seg.exempt and not citations
+        )
         self.count += 1
         t0 = time.perf_counter()
         try:

@@ -117,18 +117,31 @@ class Verifier:
                 if tool_claims is not None:
                     out.extend(tool_claims)
                     continue
-            for s in self._whole.whole(channel.text):
+            segments = self._whole.whole(channel.text)
+            if not channel.native:
+                for s in segments:
+                    out.append(
+                        Claim(len(out), ci, s.text, s.start, s.end, s.citations,
+                              s.exempt and not s.citations)
+                    )
+                continue
+            here: list[tuple[int, int, str, tuple[Citation, ...], bool]] = []
+            for s in segments:
                 cits = s.citations + _native_for(channel, s.start, s.end)
-                out.append(Claim(len(out), ci, s.text, s.start, s.end, cits, s.exempt))
+                here.append((s.start, s.end, s.text, cits, s.exempt and not cits))
+            here.extend(_uncovered_native(channel, here))
+            here.sort(key=lambda c: c[0])
+            for start, end, text, cits, exempt in here:
+                out.append(Claim(len(out), ci, text, start, end, cits, exempt))
         return out
 
     def _tool_arguments(self, ci: int, channel: Channel, first: int) -> list[Claim] | None:
         """Claims in a tool call's JSON arguments: the prose among its string values.
 
         JSON syntax is no claim (its quotes are not quotations), and neither is a parameter
-        such as a search query or an id; a string value is a claim-bearing text when it cites
-        something or reads as prose (a sentence of four or more words). Arguments that are not
-        JSON return None and are segmented as plain text, which fails closed.
+        such as a search query or an id; a string (a value or a key) is a claim-bearing text
+        when it cites something or reads as prose (`_PROSE`). Arguments that are not JSON
+        return None and are segmented as plain text, which fails closed.
         """
         try:
             args = json.loads(channel.text)
@@ -155,7 +168,7 @@ class Verifier:
                 out.append(
                     Claim(
                         first + len(out), ci, sg.text, sg.start + shift, sg.end + shift, cits,
-                        sg.exempt,
+                        sg.exempt and not cits,
                     )
                 )
         return out
@@ -181,7 +194,7 @@ class Verifier:
             if at >= 0:
                 cits.extend(_native_for(channel, start, end))
             spans = [(s - base, e - base) for s, e, _ in markers]
-            exempt = exempt_match(text, spans, self._exempt)
+            exempt = not cits and exempt_match(text, spans, self._exempt)
             out.append(Claim(first + len(out), ci, text, start, end, tuple(cits), exempt))
         return out
 
@@ -345,12 +358,17 @@ async def _run_batch(
     return results
 
 
-# Four or more words ending a sentence: prose, as opposed to a query, an id or an enum value.
-_PROSE = re.compile(r"(?:\S+\s+){3,}\S+[.!?](?:\s|$)")
+# Prose, as opposed to a query, an id or an enum value: four or more words ending a sentence
+# (closing quotes or brackets may follow its mark), or six or more words however punctuated
+# (a sentence without its period is still one; keyword queries are shorter).
+_PROSE = re.compile(
+    r"(?:\S+\s+){3,}\S*?[.!?…。！？][\"'”’)\]»*_]*(?:\s|$)|(?:\S+\s+){5,}\S"
+)
 
 
 def _string_leaves(value: object) -> list[str]:
-    """String values (not keys) of a JSON document, in document order."""
+    """Strings of a JSON document, object keys included (a key can carry a sentence as well
+    as a value can), in document order."""
     out: list[str] = []
     stack = [value]
     while stack:
@@ -358,9 +376,34 @@ def _string_leaves(value: object) -> list[str]:
         if isinstance(node, str):
             out.append(node)
         elif isinstance(node, dict):
-            stack.extend(reversed(list(node.values())))
+            for k, v in reversed(list(node.items())):
+                stack.append(v)
+                stack.append(k)
         elif isinstance(node, list):
             stack.extend(reversed(node))
+    return out
+
+
+def _uncovered_native(
+    channel: Channel, claims: Sequence[tuple[int, int, str, tuple[Citation, ...], bool]]
+) -> list[tuple[int, int, str, tuple[Citation, ...], bool]]:
+    """Claims for the native citations no claim of `channel` carries: on text that is no
+    claim (whitespace, a title, exempt code) a citation's `cited_text` would otherwise go out
+    unchecked. Each is a claim of the text it spans (citations whose spans overlap share one),
+    checked like any other."""
+    carried = {id(c) for *_, cits, _ in claims for c in cits}
+    spans = sorted((s, e, c) for s, e, c in channel.native if id(c) not in carried)
+    out: list[tuple[int, int, str, tuple[Citation, ...], bool]] = []
+    i = 0
+    while i < len(spans):
+        start, end, first = spans[i]
+        cits = [first]
+        i += 1
+        while i < len(spans) and spans[i][0] < end:
+            end = max(end, spans[i][1])
+            cits.append(spans[i][2])
+            i += 1
+        out.append((start, end, channel.text[start:end], tuple(cits), False))
     return out
 
 

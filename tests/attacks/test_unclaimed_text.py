@@ -1,0 +1,278 @@
+"""Text that no ordinary claim carries is still checked: a native citation on a block that is
+no claim (whitespace, a title) or on an exempt phrase, a marker citation on an exempt phrase,
+and prose in tool-call arguments that dodges the prose test (no period, a closing quote or an
+ellipsis after it, a sentence written as an object key). The marker is in what must not go
+out; positive controls show the same shapes with correct content are still released."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gateway.demo import responses_wire as rw
+from tests import bedrock_wire as w
+from tests.attacks import gemini_spec
+from tests.attacks.bedrock_spec import BEDROCK, CLAIM, events, framed, with_document
+from tests.attacks.conftest import run_case
+from tests.attacks.harness import MARKER, GatewayProcess, RawResponse, assert_no_leak
+from tests.attacks.protocols import (
+    ANTHROPIC,
+    CHUNK_TEXT,
+    GOOD,
+    OPENAI,
+    QUESTION,
+    REGISTRY,
+    Mode,
+    _an_body,
+    _an_tool_plant,
+    _oa_tool_plant,
+    _with_document,
+)
+from tests.attacks.responses_spec import RESPONSES, body
+from tests.attacks.responses_spec import events as responses_events
+from tests.attacks.responses_spec import framed as responses_framed
+from tests.upstream_app import FakeUpstream, Json, Stream
+
+MODES: tuple[Mode, ...] = ("json", "buffer", "progressive")
+BAD_CITED = f"The pump was designed by {MARKER} in 1931."
+
+
+def _decision(resp: RawResponse) -> str | None:
+    return resp.header("x-citewarden-decision")
+
+
+# --------------------------------------------------------------------------------------------
+# Native citations on text that is no claim
+# --------------------------------------------------------------------------------------------
+
+
+def _an_cit(cited: str = CHUNK_TEXT, index: int = 0) -> dict[str, Any]:
+    return {"type": "char_location", "cited_text": cited, "document_index": index,
+            "start_char_index": 0, "end_char_index": len(CHUNK_TEXT)}
+
+
+def _br_cit(cited: str = CHUNK_TEXT, index: int = 0) -> dict[str, Any]:
+    return {"sourceContent": [{"text": cited}],
+            "location": {"documentChar": {"documentIndex": index, "start": 0,
+                                          "end": len(CHUNK_TEXT)}}}
+
+
+def _blocks(cit: dict[str, Any], claim_cit: dict[str, Any]) -> dict[str, list[tuple[str, Any]]]:
+    """(text, citation) blocks per shape: the citation `cit` rides on text that is no claim."""
+    return {
+        "whitespace-block": [(CLAIM, claim_cit), (" ", cit)],
+        "exempt-block": [("I don't know.", cit)],
+        "title-block": [("# Pump overview\n\n", cit), (CLAIM, claim_cit)],
+    }
+
+
+def _anthropic(blocks: list[tuple[str, Any]], mode: Mode) -> Json | Stream:
+    from gateway.demo import wire
+    from gateway.protocols.anthropic_messages.render import stream_events
+
+    b = _an_body("x")
+    b["content"] = [{"type": "text", "text": t, "citations": [c]} for t, c in blocks]
+    if mode == "json":
+        return Json(b)
+    frames = wire.anthropic_frames([(e["type"], e) for e in stream_events(b)])
+    return Stream(frames, seed=3, max_piece=97, delay=0.0)
+
+
+def _bedrock(blocks: list[tuple[str, Any]], mode: Mode) -> Json | Stream:
+    cited = [w.cited(t, c) for t, c in blocks]
+    if mode == "json":
+        return Json(w.body(*cited))
+    return Stream(framed(events(cited)), seed=3, max_piece=97, delay=0.0)
+
+
+NATIVE: dict[str, tuple[Any, Callable[..., Any], Callable[..., Any], Callable[..., Any]]] = {
+    "anthropic-messages": (ANTHROPIC, _anthropic, _an_cit, _with_document),
+    "bedrock-converse": (BEDROCK, _bedrock, _br_cit, with_document),
+}
+
+
+def _native_case(
+    gateway: GatewayProcess,
+    upstream: tuple[str, FakeUpstream],
+    protocol: str,
+    mode: Mode,
+    shape: str,
+    cit: dict[str, Any],
+) -> RawResponse:
+    spec, build, make_cit, with_doc = NATIVE[protocol]
+    blocks = _blocks(cit, make_cit())[shape]
+    req = with_doc(spec.request(QUESTION, mode != "json"))
+    return run_case(gateway, upstream, spec, mode, build(copy.deepcopy(blocks), mode), request=req)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape", ["whitespace-block", "exempt-block", "title-block"])
+@pytest.mark.parametrize("protocol", list(NATIVE))
+def test_a_native_citation_on_no_claim_is_checked(
+    gateway: GatewayProcess,
+    upstream: tuple[str, FakeUpstream],
+    protocol: str,
+    mode: Mode,
+    shape: str,
+) -> None:
+    bad = NATIVE[protocol][2](BAD_CITED, 7)  # upstream prose as cited text, no such document
+    resp = _native_case(gateway, upstream, protocol, mode, shape, bad)
+    assert resp.status != 500, resp.raw[:800]
+    assert_no_leak(resp)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape", ["whitespace-block", "exempt-block", "title-block"])
+@pytest.mark.parametrize("protocol", list(NATIVE))
+def test_a_correct_native_citation_on_no_claim_is_released(
+    gateway: GatewayProcess,
+    upstream: tuple[str, FakeUpstream],
+    protocol: str,
+    mode: Mode,
+    shape: str,
+) -> None:
+    good = NATIVE[protocol][2]()
+    resp = _native_case(gateway, upstream, protocol, mode, shape, good)
+    assert resp.status == 200, resp.raw[:800]
+    assert _decision(resp) in ("released", "progressive"), resp.raw[:800]
+    assert CHUNK_TEXT.encode() in resp.body or b"cited_text" not in resp.body
+
+
+# --------------------------------------------------------------------------------------------
+# A citation on an exempt phrase
+# --------------------------------------------------------------------------------------------
+
+
+def _modes(protocols: list[str]) -> list[Any]:
+    return [
+        pytest.param(REGISTRY[p], m, id=f"{p}-{m}")
+        for p in protocols
+        for m in REGISTRY[p].mode_free
+    ]
+
+
+@pytest.mark.parametrize(("spec", "mode"), _modes(list(REGISTRY)))
+def test_an_exempt_phrase_that_cites_is_checked(
+    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream], spec: Any, mode: Mode
+) -> None:
+    behaviour = spec.good(f"{GOOD}\n\nI don't know [kb:{MARKER}].").behaviour(mode)
+    assert behaviour is not None
+    resp = run_case(gateway, upstream, spec, mode, behaviour)
+    assert resp.status != 500, resp.raw[:800]
+    assert_no_leak(resp)
+
+
+@pytest.mark.parametrize(("spec", "mode"), _modes(["openai-chat", "anthropic-messages"]))
+def test_an_exempt_phrase_that_cites_a_real_chunk_is_released(
+    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream], spec: Any, mode: Mode
+) -> None:
+    text = f"{GOOD}\n\nI don't know [kb:1]."
+    behaviour = spec.good(text).behaviour(mode)
+    assert behaviour is not None
+    resp = run_case(gateway, upstream, spec, mode, behaviour)
+    assert resp.status == 200, resp.raw[:800]
+    assert _decision(resp) in ("released", "progressive"), resp.raw[:800]
+    assert "I don't know [kb:1]." in spec.answer_text(resp)
+
+
+# --------------------------------------------------------------------------------------------
+# Prose in tool-call arguments
+# --------------------------------------------------------------------------------------------
+
+UNPUNCTUATED = f"The Orbit pump was designed by {MARKER} in 1931"
+ARGUMENTS: dict[str, dict[str, Any]] = {
+    "no-period": {"summary": UNPUNCTUATED},
+    "quote-after-period": {"summary": f'He wrote "{UNPUNCTUATED}."'},
+    "ellipsis": {"summary": f"{UNPUNCTUATED}…"},
+    "sentence-as-key": {f"{UNPUNCTUATED}.": True},
+}
+KEYWORDS = {"query": "Orbit pump flow rate"}  # a search query is no claim
+
+
+def _gemini_tool(args: dict[str, Any], mode: Mode) -> Json | None:
+    if mode != "json":
+        return None
+    b = gemini_spec.body(GOOD)
+    b["candidates"][0]["content"]["parts"].append({"functionCall": {"name": "lookup",
+                                                                    "args": args}})
+    return Json(b)
+
+
+def _bedrock_tool(args: dict[str, Any], mode: Mode) -> Json | None:
+    if mode != "json":
+        return None
+    return Json(w.body({"text": GOOD}, {"toolUse": {"toolUseId": "tu_1", "name": "lookup",
+                                                    "input": args}}, stop="tool_use"))
+
+
+def _openai_tool(args: dict[str, Any], mode: Mode) -> Json | Stream | None:
+    return _oa_tool_plant(function={"arguments": json.dumps(args)}).behaviour(mode)
+
+
+def _anthropic_tool(args: dict[str, Any], mode: Mode) -> Json | Stream | None:
+    block = {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": args}
+    return _an_tool_plant(block, json.dumps(args)).behaviour(mode)
+
+
+def _responses_tool(args: dict[str, Any], mode: Mode) -> Json | Stream | None:
+    item = rw.function_call_item("lookup", json.dumps(args), id="fc_1", call_id="call_1")
+    b = body(GOOD, item)
+    if mode == "json":
+        return Json(b)
+    return Stream(responses_framed(responses_events(b)), seed=7, max_piece=256, delay=0.0)
+
+
+TOOLS: dict[str, tuple[Any, Callable[[dict[str, Any], Mode], Json | Stream | None]]] = {
+    "openai-chat": (OPENAI, _openai_tool),
+    "openai-responses": (RESPONSES, _responses_tool),
+    "anthropic-messages": (ANTHROPIC, _anthropic_tool),
+    "gemini": (REGISTRY["gemini"], _gemini_tool),
+    "bedrock-converse": (BEDROCK, _bedrock_tool),
+}
+
+
+def _tool_cases(names: list[str]) -> list[Any]:
+    return [
+        pytest.param(p, m, n, id=f"{p}-{m}-{n}")
+        for p, (spec, build) in TOOLS.items()
+        for m in MODES
+        if build(KEYWORDS, m) is not None
+        for n in names
+    ]
+
+
+@pytest.mark.parametrize(("protocol", "mode", "name"), _tool_cases(list(ARGUMENTS)))
+def test_prose_in_tool_arguments_is_checked(
+    gateway: GatewayProcess,
+    upstream: tuple[str, FakeUpstream],
+    protocol: str,
+    mode: Mode,
+    name: str,
+) -> None:
+    spec, build = TOOLS[protocol]
+    behaviour = build(copy.deepcopy(ARGUMENTS[name]), mode)
+    assert behaviour is not None
+    resp = run_case(gateway, upstream, spec, mode, behaviour)
+    assert resp.status != 500, resp.raw[:800]
+    assert_no_leak(resp)
+
+
+@pytest.mark.parametrize(("protocol", "mode", "name"), _tool_cases(["keywords"]))
+def test_a_keyword_query_in_tool_arguments_is_released(
+    gateway: GatewayProcess,
+    upstream: tuple[str, FakeUpstream],
+    protocol: str,
+    mode: Mode,
+    name: str,
+) -> None:
+    spec, build = TOOLS[protocol]
+    behaviour = build(dict(KEYWORDS), mode)
+    assert behaviour is not None
+    resp = run_case(gateway, upstream, spec, mode, behaviour)
+    assert resp.status == 200, resp.raw[:800]
+    assert _decision(resp) in ("released", "progressive"), resp.raw[:800]
+    assert b"Orbit pump flow rate" in resp.body
