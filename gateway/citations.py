@@ -47,8 +47,10 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _COLON_SHAPE = re.compile(r"(?:^|,)\s*:|:\s*(?:,|$)|\S:\S")
 # One id-like token on each side of a colon with spaces next to it: `[hr :leave]`, `[doc: 3]`.
 # Citation-shaped (and then malformed: whitespace inside a half) when it carries a digit or is
-# all lower-case, so prose such as `[Warning: deprecated]` stays prose.
-_SPACED_PART = re.compile(r"\s*[^\s:,\[\]]+ *: *[^\s:,\[\]]+\s*")
+# all lower-case, so prose such as `[Warning: deprecated]` stays prose. Any whitespace counts
+# beside the colon (NBSP, tab, ideographic space), not only a space: `[kb:\u00a0x]` is
+# malformed as `[kb: x]` is, never prose that would let a bogus citation be shown.
+_SPACED_PART = re.compile(r"\s*[^\s:,\[\]]+\s*:\s*[^\s:,\[\]]+\s*")
 # One well-formed id with an optional version: word characters, dots and hyphens only (no
 # space, colon, comma, `@` or forbidden character inside a half), so the shape rule passes.
 _PLAIN_DOC_CHUNK = re.compile(r"([\w.\-]+):([\w.\-]+)(?:@([\w.\-]+))?")

@@ -82,10 +82,23 @@ def test_not_citations(text: str) -> None:
     assert parse(text) == []
 
 
-@pytest.mark.parametrize("text", ["[a :1]", "[hr: leave]", "[doc: 3]", "[a:1, b :2]"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[a :1]", "[hr: leave]", "[doc: 3]", "[a:1, b :2]",
+        # Any whitespace, not only a space: NBSP, tab, ideographic and other Unicode spaces.
+        "[kb:\u00a0orbit]", "[kb:\torbit]", "[kb\u3000:orbit]", "[kb\u2003:\u00a01]",
+        "[a:1, kb:\u202forbit]", "[kb \u00a0: orbit]",
+    ],
+)
 def test_whitespace_beside_the_colon_is_a_malformed_citation(text: str) -> None:
     cits = parse(text)
     assert cits and cits[-1].malformed == "whitespace inside a half"
+
+
+@pytest.mark.parametrize("text", ["[Warning:\u00a0deprecated]", "[Note:\tRead this]"])
+def test_prose_with_other_whitespace_after_the_colon_stays_prose(text: str) -> None:
+    assert parse(text) == []
 
 
 def test_find_range_and_base() -> None:
