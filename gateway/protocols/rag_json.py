@@ -307,8 +307,9 @@ class RagJson(Adapter):
                 # Claims do not line up one-to-one with items: match by text instead.
                 texts = {cl.text for cl in mine}
                 keep_pos = {i for i, (t, _) in enumerate(c.structured) if t in texts}
-            new_items: list[Any] = [copy.deepcopy(items[i]) for i in sorted(keep_pos)]
             rag = _rag_for(c, policy)
+            # Each kept item as the released body keeps it: its text and citation ids only.
+            new_items: list[Any] = [_claim_item(items[i], rag) for i in sorted(keep_pos)]
             new_items.append({rag.claim_text: disclosure, rag.claim_citations: []})
             _set(body, tokens, new_items)
         return body

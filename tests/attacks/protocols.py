@@ -1055,6 +1055,17 @@ def _rag_plants() -> dict[str, Plant]:
         "structured-claim-unknown-key": Plant(
             json=_rag_claims([{**good_claim, "note": BAD}]), path=RAG_CLAIMS_PATH
         ),
+        # The same kept claim in a partial answer (another claim fails): rebuilt, not copied.
+        "structured-claim-unknown-key-partial": Plant(
+            json=_rag_claims(
+                [
+                    {**good_claim, "note": BAD,
+                     "citations": [{"id": CHUNK_ID, "title": BAD}]},
+                    {"text": f"{MARKER} runs at 90 litres.", "citations": ["kb:404"]},
+                ]
+            ),
+            path=RAG_CLAIMS_PATH,
+        ),
         "structured-claim-no-citations": Plant(
             json=_rag_claims([good_claim, {"text": BAD[: BAD.index(" [")] + "."}]),
             path=RAG_CLAIMS_PATH,
