@@ -15,6 +15,7 @@ import re
 import sys
 import threading
 import time
+import urllib.parse
 import weakref
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any, Final, Literal, TextIO
@@ -52,11 +53,29 @@ _QUERY_CREDENTIAL: Final = re.compile(
 QUERY_REDACTED: Final = "REDACTED"
 
 
+# Any query parameter, for names written with percent-escapes or `+` (`%6Bey=`): an upstream
+# decodes the name before it reads it, so the name is matched decoded.
+_QUERY_PARAM: Final = re.compile(r"((?:^|[?&;])([^=&#;\s\"']*)=)[^&#;\s\"']*")
+_CREDENTIAL_NAME: Final = re.compile(
+    r"(?i)[\w.-]*(?:key|token|secret|passw(?:or)?d|credential|signature|sig)"
+)
+
+
+def _escaped_param(m: re.Match[str]) -> str:
+    name = urllib.parse.unquote_plus(m.group(2))
+    if _CREDENTIAL_NAME.search(name) is None:
+        return m.group(0)
+    return m.group(1) + QUERY_REDACTED
+
+
 def redact_query(text: str) -> str:
     """`text` with the value of every credential-named query parameter replaced."""
     if "=" not in text:
         return text
-    return _QUERY_CREDENTIAL.sub(rf"\g<1>{QUERY_REDACTED}", text)
+    text = _QUERY_CREDENTIAL.sub(rf"\g<1>{QUERY_REDACTED}", text)
+    if "%" in text or "+" in text:
+        text = _QUERY_PARAM.sub(_escaped_param, text)
+    return text
 
 
 AUDIT_EVENTS: Final = frozenset({"audit", "review_requested"})

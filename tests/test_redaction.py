@@ -80,6 +80,13 @@ def _flush() -> None:
         ("/p?monkey=1", "/p?monkey=REDACTED"),  # fail closed: any name ending in key
         ("/p?keyword=1&a=b", "/p?keyword=1&a=b"),
         ("no query here", "no query here"),
+        # Names an upstream decodes before reading them.
+        ("/p?%6Bey=abc&alt=sse", "/p?%6Bey=REDACTED&alt=sse"),
+        ("/p?alt=sse&ke%79=abc", "/p?alt=sse&ke%79=REDACTED"),
+        ("/p?api%5Fkey=abc", "/p?api%5Fkey=REDACTED"),
+        ("/p?access%5ftoken=abc&x=1", "/p?access%5ftoken=REDACTED&x=1"),
+        ("/p?api+key=abc", "/p?api+key=REDACTED"),
+        ("/p?q=a+b&%61lt=sse", "/p?q=a+b&%61lt=sse"),
     ],
 )
 def test_redact_query(text: str, expected: str) -> None:
@@ -209,6 +216,19 @@ def test_no_credential_reaches_the_log_on_verified_routes(
     forwarded = env.upstream.requests[-1]
     assert forwarded.header("x-goog-api-key") == CREDENTIALS["x-goog-api-key"]
     assert SECRET in (forwarded.query or "")
+
+
+@pytest.mark.parametrize("name", ["%6Bey", "ke%79", "api%5Fkey", "access%5ftoken"])
+def test_a_credential_under_an_escaped_name_is_redacted_in_the_log(env: Env, name: str) -> None:
+    rid = "rid-" + uuid.uuid4().hex
+    headers = {**CREDENTIALS, "x-request-id": rid, **scenario(env, Json({"data": []}))}
+    r = httpx.get(env.gateways["buffer"].url + f"/v1/models?alt=sse&{name}={SECRET}-escaped",
+                  headers=headers)
+    assert r.status_code == 200, r.text
+    [audit] = [e for e in wait_for_audit(env, rid) if e["event"] == "audit"]
+    assert audit["path"] == f"/v1/models?alt=sse&{name}=REDACTED"
+    assert leaked(env) == []
+    assert SECRET in (env.upstream.requests[-1].query or "")  # forwarded as sent
 
 
 @pytest.mark.parametrize(
