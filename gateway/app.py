@@ -212,9 +212,10 @@ class _Exchange:
             headers.extend(extra)
         if status >= 400 and self.pipeline is not None:  # Bedrock's x-amzn-ErrorType
             headers.extend(self.pipeline.adapter.error_headers(status))
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+        # Set once the head is taken: a head the server refused leaves `fail` free to answer.
         self.status = status
         self.content_type = content_type
-        await self.send({"type": "http.response.start", "status": status, "headers": headers})
 
     async def body(self, data: bytes, more: bool = False) -> None:
         if self.first_byte is None:

@@ -254,6 +254,8 @@ class Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         status = self._parser.get_status_code()
+        if not 100 <= status <= 599:  # the parser takes any three digits; HTTP has no more
+            raise ProtocolError("malformed upstream response: status out of range")
         if status < 200:  # 1xx informational: the final response follows on this connection
             self._informational = True
             self._framed = self._close_token = self._keep_alive_token = False

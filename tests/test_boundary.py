@@ -267,6 +267,9 @@ MALFORMED_HEADS = {
     "obs-fold": b"HTTP/1.1 200 OK\r\nx-a: 1\r\n "
     + MARKER.encode()
     + b"\r\ncontent-length: 0\r\n\r\n",
+    # Three digits the parser takes but HTTP has no status for: nothing could relay them.
+    "status-600": b"HTTP/1.1 600 X\r\ncontent-length: 2\r\n\r\n{}",
+    "status-999": b"HTTP/1.1 999 " + MARKER.encode() + b"\r\ncontent-length: 2\r\n\r\n{}",
 }
 
 

@@ -547,6 +547,10 @@ MALFORMED = {
                                   b"transfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
     "header-line-over-64k": b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * 65_536
                             + b"\r\ncontent-length: 2\r\n\r\nok",
+    # Three digits the parser takes, but no HTTP status: nothing could relay it.
+    "status-600": b"HTTP/1.1 600 X\r\ncontent-length: 2\r\n\r\n{}",
+    "status-999": b"HTTP/1.1 999 X\r\ncontent-length: 2\r\n\r\n{}",
+    "status-099": b"HTTP/1.1 099 X\r\ncontent-length: 2\r\n\r\n{}",
 }
 
 
