@@ -53,7 +53,8 @@ _HOP_BY_HOP = frozenset(
 )
 # Recomputed or replaced by the gateway on the way up.
 _REQUEST_DROP = _HOP_BY_HOP | {"host", "content-length", "accept-encoding"}
-_CLIENT_UNTRUSTED_PREFIX = "x-citewarden-"
+# The gateway's own header names: never taken from a client, never relayed from an upstream.
+_OWN_PREFIX = "x-citewarden-"
 # Methods whose empty body is sent without a content-length (RFC 9110 §8.6).
 _BODILESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "CONNECT", "TRACE"})
 
@@ -117,7 +118,8 @@ def forward_request_headers(
         if k not in _REQUEST_DROP
         and k not in named
         and not k.startswith("proxy-")
-        and not k.startswith(_CLIENT_UNTRUSTED_PREFIX)
+        # `x_citewarden_context` too: CGI-style stacks read `_` and `-` in a name alike.
+        and not k.replace("_", "-").startswith(_OWN_PREFIX)
         and not (request_id is not None and k == "x-request-id")
     ]
     out.append(("accept-encoding", ACCEPT_ENCODING))
@@ -130,8 +132,10 @@ def response_headers(upstream_headers: Iterable[tuple[str, str]], decoded: bool)
     """The upstream's headers as they may go to the client (names lower-cased).
 
     Dropped: hop-by-hop fields and any the upstream's `Connection` names, `proxy-*`,
-    `content-length` (the body may change; the server recomputes it), and `content-encoding`
-    when `decoded` — the body the gateway holds is no longer encoded.
+    `content-length` (the body may change; the server recomputes it), `content-encoding`
+    when `decoded` — the body the gateway holds is no longer encoded — and `x-citewarden-*`:
+    a decision or policy header is the gateway's word, never the upstream's (a passthrough
+    answer that said `released` would pass for a verified one).
     """
     pairs = [(k.lower(), v) for k, v in upstream_headers]
     named = _connection_tokens(pairs)
@@ -143,6 +147,7 @@ def response_headers(upstream_headers: Iterable[tuple[str, str]], decoded: bool)
         and k != "content-length"
         and not (decoded and k == "content-encoding")
         and not k.startswith("proxy-")
+        and not k.replace("_", "-").startswith(_OWN_PREFIX)
     ]
 
 

@@ -103,6 +103,40 @@ def test_good_passthrough_path_is_forwarded(
     assert [r.path for r in up.requests[before:]] == ["/v1/files/file-123"]
 
 
+def test_a_passthrough_answer_never_carries_the_gateways_own_headers(
+    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream]
+) -> None:
+    """An upstream's `x-citewarden-decision: released` on a passthrough answer would pass for
+    a verified one; the decision and policy headers are the gateway's word only."""
+    _, up = upstream
+    forged = {
+        "x-citewarden-decision": "released",
+        "x-citewarden-policy": "attacks@000000000000",
+        "x_citewarden_mode": "enforce",
+    }
+    up.on("files-forged", Json({"object": "file"}, headers=forged))
+    resp = gateway.send("GET", "/v1/files/file-1", headers=[(SCENARIO_HEADER, "files-forged")])
+    assert resp.status == 200, resp.raw[:500]
+    names = {k.lower().replace("_", "-") for k, _ in resp.headers}
+    assert not any(n.startswith("x-citewarden-") for n in names), resp.headers
+
+
+@pytest.mark.parametrize("name", ["x_citewarden_context", "x_citewarden_context_ids"])
+def test_a_client_context_header_spelt_with_underscores_is_not_forwarded(
+    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream], name: str
+) -> None:
+    _, up = upstream
+    up.on("files-underscore", Json({"object": "file"}))
+    before = _quiet(up)
+    resp = gateway.send(
+        "GET", "/v1/files/file-1", headers=[(SCENARIO_HEADER, "files-underscore"), (name, "kb:404")]
+    )
+    assert resp.status == 200, resp.raw[:500]
+    [forwarded] = up.requests[before:]
+    assert forwarded.header(name) is None
+    assert forwarded.header(name.replace("_", "-")) is None
+
+
 def _short_body(gw: GatewayProcess, path: str, key: str, *, half_close: bool) -> bytes:
     body = b'{"question": "' + b"x" * 80
     request = build_request(
