@@ -19,8 +19,10 @@ from gateway.protocols.openai_chat.fields import BODY_TABLE, FRAME_TABLE
 from gateway.protocols.openai_chat.framer import OpenAIFramer
 from gateway.protocols.openai_chat.parse import NAME, parse_body
 from gateway.protocols.openai_chat.render import (
+    drop_unverified_urls,
     error_envelope,
     error_event,
+    has_annotations,
     logprobs_change,
     partial_body,
     released_body,
@@ -30,7 +32,7 @@ from gateway.protocols.openai_chat.render import (
 from gateway.protocols.openai_chat.stream import OpenAIStreamParser
 from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
 from gateway.sse import SSEEvent
-from gateway.types import Answer, Claim, ContextSet, Outcome
+from gateway.types import Answer, Claim, ContextSet, Outcome, Report
 
 __all__ = ["OpenAIChat"]
 
@@ -76,7 +78,26 @@ class OpenAIChat(Adapter):
         return OpenAIFramer(include_usage)
 
     def needs_rewrite(self, answer: Answer, policy: Policy) -> bool:
-        return rule_withholds_something(answer, policy) or logprobs_change(answer, policy)
+        return (
+            rule_withholds_something(answer, policy)
+            or logprobs_change(answer, policy)
+            or has_annotations(answer)
+        )
+
+    def render(
+        self,
+        answer: Answer,
+        claims: Sequence[Claim],
+        outcome: Outcome,
+        report: Report,
+        policy: Policy,
+    ) -> dict[str, object]:
+        """The body for a decision, its annotations' URLs decided against the context the
+        claims were checked against (`drop_unverified_urls`)."""
+        body = super().render(answer, claims, outcome, report, policy)
+        ctx = report.context
+        drop_unverified_urls(body, ctx.chunks if isinstance(ctx, ContextSet) else None)
+        return body
 
     def released_body(self, answer: Answer, policy: Policy) -> dict[str, object]:
         return released_body(answer, policy)

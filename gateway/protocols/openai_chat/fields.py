@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from gateway.protocols.fields import (
+    DROP,
     Blank,
     ByType,
     FieldLog,
@@ -81,7 +83,22 @@ _CUSTOM = Obj(
     required=frozenset({"name"}),
     nullable=False,
 )
-_TOOL_CALL = Obj(
+@dataclass(frozen=True, slots=True)
+class _ToolCall(Obj):
+    """A tool call carries the member its `type` names (`function` unless it says `custom`).
+    A client reads only that one, and only that one is verified (parse.py): the other member
+    is dropped, never relayed unread."""
+
+    def walk(self, value: object, path: Path, key: Key, log: FieldLog, level: str) -> object:
+        kept = Obj.walk(self, value, path, key, log, level)
+        if type(kept) is dict and "function" in kept and "custom" in kept:
+            other = "function" if kept.get("type") == "custom" else "custom"
+            kept = {k: v for k, v in kept.items() if k != other}
+            log.dropped.append((self.level, (*path, key, other)))
+        return kept
+
+
+_TOOL_CALL = _ToolCall(
     "tool_call",
     {
         "id": _TOKEN,
@@ -220,10 +237,16 @@ _SEARCH_RESULTS = Positional(
         )
     )
 )
+# Audio speaks words: only its transcript is verified, so audio without one is dropped.
 _AUDIO = Obj(
     "audio",
-    {"id": _TOKEN, "data": Meta(is_opaque), "expires_at": _INT, "transcript": Text("transcript")},
-    required=frozenset({"id"}),
+    {
+        "id": _TOKEN,
+        "data": Meta(is_opaque),
+        "expires_at": _INT,
+        "transcript": Text("transcript", strings_only=True),
+    },
+    required=frozenset({"id", "transcript"}),
 )
 _MESSAGE_TABLE = Obj(
     "message",
@@ -275,8 +298,15 @@ BODY_TABLE = Obj(
 
 # A stream frame: checked whole on every frame parsed in full. Keys a frame carries into the
 # assembled body (`_CARRIED`) are decided there, by BODY_TABLE; anything else not known here
-# has no place in the body, so a stream holding it is re-framed.
+# has no place in the body, so a stream holding it is re-framed. Values the assembled body
+# keeps only one of (usage, audio's id) are shape-checked here, on every frame: an earlier
+# copy the body never holds is decided too (the parser re-frames a stream whose copies
+# disagree).
 _CARRIED = Opaque("carried into the assembled body")
+_AUDIO_DELTA = Obj(
+    "audio",
+    {"id": _TOKEN, "data": Meta(is_opaque), "expires_at": _INT, "transcript": _CARRIED},
+)
 _TOOL_DELTA = Obj(
     "tool_call",
     {
@@ -300,6 +330,7 @@ _DELTA_TABLE = Obj(
             "tool_call",
             {"name": Meta(lambda v: v is None or v == "" or is_token(v)), "arguments": _CARRIED},
         ),
+        "audio": _AUDIO_DELTA,
     },
     other=_CARRIED,
 )
@@ -313,13 +344,20 @@ FRAME_TABLE = Obj(
         "system_fingerprint": _NULL_TOKEN,
         "service_tier": _NULL_TOKEN,
         "obfuscation": Meta(is_opaque),
-        "usage": _CARRIED,
+        "usage": _USAGE,
         "citations": _CARRIED,
         "search_results": _CARRIED,
         "choices": Items(
             Obj(
                 "choice",
-                {"index": _INT, "delta": _DELTA_TABLE, "finish_reason": Meta(_FINISH)},
+                {
+                    "index": _INT,
+                    "delta": _DELTA_TABLE,
+                    "finish_reason": Meta(_FINISH),
+                    # The assembled choice's message is built from the deltas: a frame's own
+                    # `message` has no place in it.
+                    "message": DROP,
+                },
                 other=_CARRIED,
                 nullable=False,
             )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 from gateway.policy import Policy
@@ -19,8 +19,10 @@ from gateway.sse import SSEEvent
 from gateway.types import Answer, Claim, Outcome
 
 __all__ = [
+    "drop_unverified_urls",
     "error_envelope",
     "error_event",
+    "has_annotations",
     "logprobs_change",
     "partial_body",
     "released_body",
@@ -87,6 +89,37 @@ def template_body(answer: Answer, text: str) -> Json:
         if src.get(k) is not None:
             body[k] = copy.deepcopy(src[k])
     return body
+
+
+def has_annotations(answer: Answer) -> bool:
+    """Whether some choice carries annotations: their URLs are decided against the context
+    when the body is rendered (`drop_unverified_urls`), so such an answer is re-rendered."""
+    choices = answer.body.get("choices")
+    return any(
+        isinstance(c, dict) and isinstance(c.get("message"), dict) and c["message"].get(
+            "annotations")
+        for c in (choices if isinstance(choices, list) else [])
+    )
+
+
+def drop_unverified_urls(body: Json, chunk_ids: Container[str] | None) -> None:
+    """A `url_citation` says its span comes from its URL; nothing else checks that, so it is
+    kept only when the URL names a chunk of the context the claims were checked against (as a
+    Responses `url_citation` verifies only against such a chunk). Any other annotation goes.
+    `chunk_ids` None: the report carries only the context's fingerprint (its audit copy), no
+    chunks to check against; the annotations stay as the field table left them."""
+    if chunk_ids is None:
+        return
+    for choice in body.get("choices") or []:
+        msg = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(msg, dict) or not isinstance(msg.get("annotations"), list):
+            continue
+        msg["annotations"] = [
+            a for a in msg["annotations"]
+            if isinstance(a, dict)
+            and isinstance(a.get("url_citation"), dict)
+            and a["url_citation"].get("url") in chunk_ids
+        ]
 
 
 def logprobs_change(answer: Answer, policy: Policy) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 from gateway.errors import ProtocolError
 from gateway.policy import ContextSpec
 from gateway.protocols.base import StreamParser, TextDelta, channel_key
-from gateway.protocols.fields import FieldLog, clean, loads_unique
+from gateway.protocols.fields import FieldLog, clean, loads_unique, usage_check
 from gateway.protocols.openai_chat.chunks import (
     anchor_of,
     assembled_chunks,
@@ -196,8 +196,11 @@ class OpenAIStreamParser(StreamParser):
                 for k in found:
                     self._head[k] = chunk[k]
                 self._head_missing = tuple(k for k in _HEAD_KEYS if k not in self._head)
-        if chunk.get("usage") is not None:
-            self._usage = chunk["usage"]
+        usage = chunk.get("usage")
+        if usage is not None and usage_check(usage):
+            # Every frame's usage is decided by FRAME_TABLE (one of the wrong shape is
+            # dropped there, and the stream re-framed); the body keeps the last good one.
+            self._usage = usage
         if "citations" in chunk or "search_results" in chunk:
             self._search_lists(chunk)
         choices = chunk.get("choices")
@@ -227,15 +230,10 @@ class OpenAIStreamParser(StreamParser):
         if finish is not None:
             st.finish = finish
         lp = c.get("logprobs")
-        if isinstance(lp, dict):
-            acc = st.logprobs = st.logprobs or {}
-            for k, v in lp.items():
-                if isinstance(v, list):
-                    acc.setdefault(k, []).extend(v)
+        if lp is not None:
+            self._logprobs(st, i, lp)
         if len(c) > 4 or not c.keys() <= _CHOICE_CHUNK_KEYS:
-            for k, v in c.items():
-                if k not in _CHOICE_CHUNK_KEYS:
-                    st.extra[k] = v
+            self._extra(st, i, c)
         delta = c.get("delta") or {}
         if not isinstance(delta, dict):
             raise ProtocolError("openai-chat: stream delta is not an object")
@@ -246,7 +244,8 @@ class OpenAIStreamParser(StreamParser):
             if key == "content" and isinstance(value, list):
                 out.extend(self._content_chunks(st, keys, value))
             elif key == "reasoning_details" and isinstance(value, list):
-                _merge_details(st, value)
+                if not _merge_details(st, value):
+                    self._dropped.append(("delta", ("choices", i, "delta", key)))
             elif key in _TEXT_KEYS and isinstance(value, str):
                 if key in parts:
                     parts[key].append(value)
@@ -276,12 +275,42 @@ class OpenAIStreamParser(StreamParser):
                         if ak == "transcript" and av:
                             out.append((keys["audio"], av))
                     else:
-                        audio[ak] = av
+                        self._keep(audio, ak, av, ("choices", i, "delta", "audio", ak))
             elif key == "annotations" and isinstance(value, list):
                 st.msg.setdefault("annotations", []).extend(value)
             else:
-                st.msg[key] = value
+                self._keep(st.msg, key, value, ("choices", i, "delta", key))
         return out
+
+    def _keep(self, into: Json, key: str, value: object, path: tuple[str | int, ...]) -> None:
+        """A value the assembled body holds one of: a later frame that says something else
+        overwrites the earlier copy, which the body then never shows, so the stream is not
+        relayed as the upstream's bytes."""
+        if key in into and into[key] != value:
+            self._dropped.append(("frame", path))
+        into[key] = value
+
+    def _logprobs(self, st: _ChoiceState, i: int, lp: object) -> None:
+        """A frame's logprobs: lists of token entries, appended (decided on the assembled
+        lists by `channels.logprobs`). Any other value is no part of the body, so the stream
+        is re-framed without it."""
+        if not isinstance(lp, dict):
+            self._dropped.append(("choice", ("choices", i, "logprobs")))
+            return
+        acc = st.logprobs = st.logprobs or {}
+        for k, v in lp.items():
+            if isinstance(v, list):
+                acc.setdefault(k, []).extend(v)
+            elif v is not None:
+                self._dropped.append(("choice", ("choices", i, "logprobs", k)))
+
+    def _extra(self, st: _ChoiceState, i: int, c: Json) -> None:
+        """Choice keys beyond the chunk's own, carried into the assembled choice (decided by
+        BODY_TABLE there). A frame's `message` is not carried: the message is the deltas'
+        (FRAME_TABLE drops it)."""
+        for k, v in c.items():
+            if k not in _CHOICE_CHUNK_KEYS and k != "message":
+                self._keep(st.extra, k, v, ("choices", i, k))
 
     @staticmethod
     def _content_chunks(
@@ -403,11 +432,13 @@ class _ChunkSpans:
 _DETAIL_STRINGS = ("text", "summary", "data", "signature")
 
 
-def _merge_details(st: _ChoiceState, entries: list[Any]) -> None:
+def _merge_details(st: _ChoiceState, entries: list[Any]) -> bool:
     """OpenRouter streams reasoning_details in pieces: an entry with the `index` and `type` of
     the last one continues it (its strings appended, joined in `body()`), any other is a new
-    entry. Strings are kept as lists of pieces meanwhile."""
+    entry. Strings are kept as lists of pieces meanwhile. False when a continuing entry said
+    something the merged entry does not keep (another value for a key it has)."""
     details = st.details = st.details if st.details is not None else []
+    merged = True
     for e in entries:
         if not isinstance(e, dict):
             details.append(e)
@@ -426,6 +457,9 @@ def _merge_details(st: _ChoiceState, entries: list[Any]) -> None:
                 have.append(v)
             elif have is None:
                 last[k] = _piece(k, v)
+            elif v is not None and have != v:
+                merged = False
+    return merged
 
 
 def _piece(key: str, value: object) -> object:
