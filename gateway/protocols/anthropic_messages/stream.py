@@ -22,8 +22,16 @@ from gateway.types import Answer, Citation
 __all__ = ["AnthropicNativeSpans", "AnthropicStreamParser"]
 
 _CONTENT_KEY = channel_key(CONTENT_PATH)
-# Block fields that deltas extend: kept as pieces and joined once, in `body`.
-_GROWN = ("text", "thinking", "signature")
+# The block types each delta type extends (the SDKs apply a delta to these only); empty:
+# any block but text and thinking ones (input_json_delta also streams server tool input).
+_DELTA_BLOCK: dict[str, frozenset[str]] = {
+    "text_delta": frozenset({"text"}),
+    "citations_delta": frozenset({"text"}),
+    "thinking_delta": frozenset({"thinking"}),
+    "signature_delta": frozenset({"thinking"}),
+    "input_json_delta": frozenset(),
+}
+_NO_INPUT = frozenset({"text", "thinking", "redacted_thinking"})
 
 
 class AnthropicNativeSpans(BlockSpans):
@@ -67,6 +75,8 @@ class AnthropicStreamParser(StreamParser):
     def __init__(self) -> None:
         self._message: Json | None = None
         self._blocks: dict[int, Json] = {}
+        self._stopped: set[int] = set()
+        self._last_text = -1  # the text block started last: the one text may go to
         self._grown: dict[tuple[int, str], list[str]] = {}
         self._json_parts: dict[int, list[str]] = {}
         self._done = False
@@ -111,7 +121,13 @@ class AnthropicStreamParser(StreamParser):
             msg = data.get("message")
             if not isinstance(msg, dict):
                 raise ProtocolError("anthropic-messages: message_start without message")
+            if self._message is not None:
+                raise ProtocolError("anthropic-messages: a second message_start")
             self._message = copy.deepcopy(msg)
+            if msg.get("content"):
+                # The SDKs start their snapshot from it, yet the assembled body is built from
+                # the content blocks alone: its bytes never go out (the stream is re-framed).
+                self._dropped.append(("frame", ("message_start", "message", "content")))
             return []
         if self._message is None:
             raise ProtocolError("anthropic-messages: an event before message_start")
@@ -124,6 +140,11 @@ class AnthropicStreamParser(StreamParser):
         elif etype == "message_delta":
             delta = data.get("delta")
             if isinstance(delta, dict):
+                if "content" in delta:
+                    # `body` builds the content from the blocks: this value would be relayed
+                    # in the upstream's bytes without being verified.
+                    delta = {k: v for k, v in delta.items() if k != "content"}
+                    self._dropped.append(("frame", ("message_delta", "delta", "content")))
                 self._message.update(delta)
             usage = data.get("usage")
             if isinstance(usage, dict):
@@ -157,14 +178,18 @@ class AnthropicStreamParser(StreamParser):
         block = data.get("content_block")
         if not isinstance(block, dict):
             raise ProtocolError("anthropic-messages: content_block_start without block")
+        if idx != len(self._blocks):
+            # The SDKs append each started block whatever its index says: a block index used
+            # twice or skipped would make the client's message differ from the one assembled
+            # here.
+            raise ProtocolError("anthropic-messages: content blocks out of order")
         block = copy.deepcopy(block)
         self._blocks[idx] = block
-        for field in _GROWN:
-            self._grown.pop((idx, field), None)
         if block.get("type") == "tool_use":
             self._json_parts[idx] = []
         if block.get("type") != "text":
             return []
+        self._last_text = idx
         self._spans.start_block(idx, self._length, block.get("citations"))
         text = block.get("text")
         if not isinstance(text, str) or not text:
@@ -174,12 +199,22 @@ class AnthropicStreamParser(StreamParser):
 
     def _block_delta(self, data: Json) -> list[TextDelta]:
         idx = self._index(data)
-        block = self._blocks.get(idx)
         delta = data.get("delta")
-        if block is None or not isinstance(delta, dict):
-            raise ProtocolError("anthropic-messages: delta for a block that was not started")
+        if idx not in self._blocks or idx in self._stopped or not isinstance(delta, dict):
+            raise ProtocolError("anthropic-messages: delta for a block that is not open")
+        block = self._blocks[idx]
         dtype = delta.get("type")
+        want = _DELTA_BLOCK.get(str(dtype))
+        btype = block.get("type")
+        if want is not None and (btype not in want if want else btype in _NO_INPUT):
+            # The SDKs ignore a delta the block's type has no field for; assembled here, it
+            # would be text only the gateway's copy has.
+            raise ProtocolError(f"anthropic-messages: {dtype} for a {btype} block")
         if dtype == "text_delta":
+            if idx != self._last_text:
+                # Text handed on in another order than the blocks put it in: what a stream
+                # verifier releases would not be the answer's text.
+                raise ProtocolError("anthropic-messages: text deltas of blocks interleaved")
             text = str(delta.get("text", ""))
             self._grow(idx, "text", text)
             self._length += len(text)
@@ -202,17 +237,36 @@ class AnthropicStreamParser(StreamParser):
 
     def _block_stop(self, data: Json) -> None:
         idx = self._index(data)
+        if idx not in self._blocks or idx in self._stopped:
+            raise ProtocolError("anthropic-messages: content_block_stop for no open block")
+        self._stopped.add(idx)
+        self._tool_input(idx)
+
+    def _tool_input(self, idx: int) -> None:
+        """A block's input, once its input_json_delta pieces are all in."""
         parts = self._json_parts.pop(idx, None)
-        if parts is not None and idx in self._blocks:
-            raw = "".join(parts)
-            try:
-                self._blocks[idx]["input"] = json.loads(raw) if raw else {}
-            except ValueError as exc:
-                raise ProtocolError("anthropic-messages: tool_use input is not JSON") from exc
+        if parts is None:
+            return
+        block = self._blocks[idx]
+        raw = "".join(parts)
+        if not raw:
+            # No input_json_delta: the SDKs keep the input the block started with.
+            block.setdefault("input", {})
+            return
+        if block.get("input"):
+            # The streamed input replaces the one the block started with, whose bytes go
+            # unverified: the stream is re-framed.
+            self._dropped.append(("frame", ("content_block_start", "content_block", "input")))
+        try:
+            block["input"] = json.loads(raw)
+        except ValueError as exc:
+            raise ProtocolError("anthropic-messages: tool_use input is not JSON") from exc
 
     def body(self) -> Json:
         if not self._done or self._message is None:
             raise ProtocolError("anthropic-messages: stream ended without message_stop")
+        for idx in list(self._json_parts):
+            self._tool_input(idx)  # a block the stream never stopped
         for (idx, field), parts in self._grown.items():
             self._blocks[idx][field] = "".join(parts)
         msg = copy.deepcopy(self._message)
