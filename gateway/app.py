@@ -320,6 +320,16 @@ class _Exchange:
         segments = paths.segments(self.path)
         matched = policies.match(method, segments, self.headers)
         if matched is None:
+            if policies.is_passthrough(segments) and policies.aliases_route(
+                method, segments, self.headers
+            ):
+                # Relayed, it would reach a verified route's handler upstream unverified.
+                await self.respond(400, _gateway_error(
+                    "bad_request",
+                    "citewarden: the path is another spelling of a verified route's path",
+                ))
+                self._account_unverified("refused", "bad_path")
+                return
             if policies.is_passthrough(segments):
                 self.route_label = "passthrough"
                 try:

@@ -4,6 +4,7 @@ and otherwise forwarded byte for byte as the client sent it.
 
     refusal(raw_path, query) -> str | None    why a path is refused (400), or None
     segments(raw_path) -> Segments             split at literal '/', each segment decoded
+    lenient(segments) -> Segments              how lenient upstream stacks read them
     Glob(pattern)                              `path`, `path_prefix` and `path_glob` forms
 
 Segments are split at the literal `/` of the raw path only: an encoded `/` (`%2F`, as in
@@ -93,6 +94,20 @@ def segments(raw_path: str | bytes) -> Segments:
     if "%" not in path:
         return tuple(path.split("/"))
     return tuple(_decode(s) for s in path.split("/"))
+
+
+def lenient(path: Segments) -> Segments:
+    """The path as lenient upstream stacks read it: empty segments merged away (`//`, a
+    trailing `/`: nginx's merge_slashes, non-strict routers), path parameters cut (`;x=1`:
+    servlet containers) and letters folded to lower case (case-insensitive frameworks and
+    API gateways). Used to tell when a path that matched no route is another spelling of
+    one that does."""
+    out = [""]
+    for s in path[1:]:
+        s = s.split(";", 1)[0].lower()
+        if s:
+            out.append(s)
+    return tuple(out)
 
 
 @lru_cache(maxsize=1024)

@@ -328,3 +328,54 @@ def test_the_plain_path_shortcut_decides_as_the_full_checks(path: str, query: by
         mp.setattr(paths, "_PLAIN", full)
         expected = paths.refusal(raw, query)
     assert paths.refusal(raw, query) == expected
+
+
+TREE_POLICY = """\
+name: tree
+routes:
+  - name: chat
+    match: {path: /v1/chat/completions}
+    protocol: openai-chat
+passthrough: [/v1/**]
+citations: {format: doc-chunk}
+release: {on_unverified: block}
+"""
+
+
+@pytest.fixture
+def tree_gw(tmp_path: Path) -> Iterator[tuple[Proxy, RawUpstream]]:
+    policy = tmp_path / "tree.yaml"
+    policy.write_text(TREE_POLICY)
+    upstream = RawUpstream()
+    with upstream.running(), run_proxy(upstream.url, [policy]) as proxy:
+        yield proxy, upstream
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        b"/v1//chat/completions",
+        b"/v1/chat//completions",
+        b"/v1/chat/completions/",
+        b"/v1/chat/completions;x=1",
+        b"/v1/Chat/Completions",
+    ],
+)
+def test_another_spelling_of_a_route_under_a_passthrough_tree_is_refused(
+    tree_gw: tuple[Proxy, RawUpstream], target: bytes
+) -> None:
+    """Lenient upstream stacks serve these as /v1/chat/completions: relayed through the tree,
+    the answer would skip the route's verification."""
+    proxy, upstream = tree_gw
+    response = raw_exchange(proxy.port, _post(target, chat_request()))
+    assert status_of(response) == 400, response
+    assert body_of(response)["error"]["type"] == "bad_request"
+    assert upstream.conns == []
+
+
+def test_the_rest_of_a_passthrough_tree_is_forwarded(tree_gw: tuple[Proxy, RawUpstream]) -> None:
+    proxy, upstream = tree_gw
+    for target in (b"/v1/models", b"/v1/files/file-1/", b"/v1//models"):
+        response = raw_exchange(proxy.port, b"GET " + target + b" HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert status_of(response) == 200, (target, response)
+    assert len(_request_lines(upstream)) == 3

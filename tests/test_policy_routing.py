@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.errors import PolicyError
+from gateway.paths import lenient, segments
 from gateway.policy import PolicySet, check_paths, load_policies, load_policy
 
 FIRST = """\
@@ -323,3 +324,21 @@ def test_check_cross_file_duplicate_route_is_an_error(tmp_path: Path) -> None:
 
 def test_check_with_no_paths() -> None:
     assert check() == (1, ["error: no policy files given"])
+
+
+def test_lenient_spelling_merges_empty_segments_cuts_parameters_and_folds_case() -> None:
+    assert lenient(segments("/v1//Chat/completions;x=1/")) == ("", "v1", "chat", "completions")
+    assert lenient(segments("/")) == ("",)
+
+
+def test_a_path_aliases_a_route_only_when_its_lenient_spelling_matches_one(
+    policies: PolicySet,
+) -> None:
+    headers = {"x-tenant": "acme"}
+    for path, expected in [
+        ("/v1/chat//completions", True),
+        ("/V1/CHAT/COMPLETIONS/", True),
+        ("/v1/models", False),
+        ("/v1/chat", False),
+    ]:
+        assert policies.aliases_route("POST", segments(path), headers) is expected, path

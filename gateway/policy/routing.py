@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gateway.paths import Glob, Segments, segments
+from gateway.paths import Glob, Segments, lenient, segments
 from gateway.policy.loaded import LoadedPolicy
 from gateway.policy.model import Match, Route
 
@@ -40,6 +40,10 @@ class Matcher:
     def matches(self, method: str, path: Segments, headers: Mapping[str, str]) -> bool:
         if self.glob is not None and not self.glob.matches(path):
             return False
+        return self.admits(method, headers)
+
+    def admits(self, method: str, headers: Mapping[str, str]) -> bool:
+        """The conditions other than the path: method and headers."""
         if self.methods and method.upper() not in self.methods:
             return False
         return all(_header(headers, name) == value for name, value in self.headers)
@@ -76,7 +80,7 @@ class PolicySet:
     so a routed path is always verified.
     """
 
-    __slots__ = ("_by_name", "_passthrough", "_routes", "policies")
+    __slots__ = ("_by_name", "_folded", "_passthrough", "_routes", "policies")
 
     def __init__(self, policies: Sequence[LoadedPolicy]) -> None:
         self.policies: tuple[LoadedPolicy, ...] = tuple(policies)
@@ -91,6 +95,11 @@ class PolicySet:
         self._passthrough = tuple(
             Glob(e) for loaded in self.policies for e in loaded.policy.passthrough
         )
+        # Each route's path condition in lower case, for `aliases_route`.
+        self._folded = tuple(
+            Glob(m.glob.pattern.lower(), m.glob.kind) if m.glob is not None else None
+            for m, _, _ in self._routes
+        )
 
     def match(
         self, method: str, path: str | Segments, headers: Mapping[str, str]
@@ -104,6 +113,16 @@ class PolicySet:
     def is_passthrough(self, path: str | Segments) -> bool:
         segs = segments(path) if isinstance(path, str) else path
         return any(g.matches(segs) for g in self._passthrough)
+
+    def aliases_route(self, method: str, path: Segments, headers: Mapping[str, str]) -> bool:
+        """Whether a path that matched no route would reach one for an upstream that reads
+        paths leniently (`paths.lenient`: `/v1//chat/completions/`, `;x=1`, `/V1/Chat/...`).
+        Relayed through a passthrough entry, such a path would skip verification."""
+        lenient_path = lenient(path)
+        return any(
+            (folded is None or folded.matches(lenient_path)) and matcher.admits(method, headers)
+            for folded, (matcher, _, _) in zip(self._folded, self._routes, strict=True)
+        )
 
     def route(self, name: str) -> tuple[LoadedPolicy, Route] | None:
         """The route called `name` (for `citewarden verify --route`)."""
