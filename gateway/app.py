@@ -65,6 +65,8 @@ def _verified_headers(up_headers: list[tuple[str, str]]) -> list[tuple[bytes, by
 
 # Audited status of an exchange whose client hung up before its answer (nginx's convention).
 _CLIENT_CLOSED = 499
+# The methods of the APIs the gateway fronts; others (TRACE, CONNECT, WebDAV) are refused.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 class _ClientGone(Exception):
@@ -315,8 +317,15 @@ class _Exchange:
             )
             self._account_unverified("refused", "websocket")
             return
-        policies = self.app.store.current
         method: str = self.scope["method"]
+        if method not in _METHODS:
+            # TRACE would echo the request, credentials included; CONNECT asks for a tunnel.
+            await self.respond(
+                405, _gateway_error("method_not_allowed", f"citewarden: {method} is refused")
+            )
+            self._account_unverified("refused", "method")
+            return
+        policies = self.app.store.current
         segments = paths.segments(self.path)
         matched = policies.match(method, segments, self.headers)
         if matched is None:

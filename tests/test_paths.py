@@ -379,3 +379,18 @@ def test_the_rest_of_a_passthrough_tree_is_forwarded(tree_gw: tuple[Proxy, RawUp
         response = raw_exchange(proxy.port, b"GET " + target + b" HTTP/1.1\r\nhost: x\r\n\r\n")
         assert status_of(response) == 200, (target, response)
     assert len(_request_lines(upstream)) == 3
+
+
+@pytest.mark.parametrize("method", [b"TRACE", b"CONNECT", b"PROPFIND"])
+def test_methods_the_fronted_apis_do_not_use_are_refused(
+    gw: tuple[Proxy, RawUpstream], audit_log: io.StringIO, method: bytes
+) -> None:
+    """TRACE would echo the request, credentials included; CONNECT asks for a tunnel."""
+    proxy, upstream = gw
+    request = method + b" /v1/models HTTP/1.1\r\nhost: x\r\nauthorization: Bearer sk-1\r\n\r\n"
+    response = raw_exchange(proxy.port, request)
+    assert status_of(response) == 405, response
+    assert b"sk-1" not in response
+    assert upstream.conns == []
+    (event,) = _audits(audit_log)
+    assert event["status"] == 405 and event["reason"] == "method"
