@@ -170,6 +170,72 @@ def test_unknown_events_and_keys_are_recorded_not_relayed() -> None:
         answer, [], Outcome(Decision.RELEASED), Report((), "x"), POLICY))
 
 
+
+def _mutated(kind: str) -> bytes:
+    """A stream with a key the parser does not read for that item or call."""
+    text = "One is 1."
+    body = w.body(text, [w.cite(text, "1", "x", content_index=1)], thinking="Hm.",
+                  tool_calls=[w.tool_call("c1", "f", {})])
+    evs = w.sse_data(w.events(body))
+    kinds: dict[int, str] = {}  # content index -> item type
+    for e in evs:
+        msg = e.get("delta", {}).get("message", {})
+        if e["type"] == "tool-call-delta" and kind == "call-delta-name":
+            msg["tool_calls"]["function"]["name"] = "PLANTED"
+        if e["type"] not in ("content-start", "content-delta"):
+            continue
+        part = msg["content"]
+        if e["type"] == "content-start":
+            kinds[e["index"]] = part["type"]
+        where = f"{kinds[e['index']]}-{e['type'].split('-')[1]}"
+        if kind == f"{where}-thinking" and kinds[e["index"]] == "text":
+            part["thinking"] = "PLANTED"
+        if kind == f"{where}-text" and kinds[e["index"]] == "thinking":
+            part["text"] = "PLANTED"
+    return b"".join(w.frame(e) for e in evs)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["text-start-thinking", "text-delta-thinking", "thinking-start-text", "thinking-delta-text",
+     "call-delta-name"],
+)
+def test_keys_an_item_or_call_does_not_have_are_recorded_not_relayed(kind: str) -> None:
+    raw = _mutated(kind)
+    assert b"PLANTED" in raw
+    parser = ADAPTER.stream_parser(ROUTE)
+    for ev in events(raw):
+        parser.feed(ev)
+    answer = parser.finish()
+    assert answer.unknown_fields and ADAPTER.needs_rewrite(answer, POLICY)
+    assert "PLANTED" not in json.dumps(ADAPTER.render(
+        answer, [], Outcome(Decision.RELEASED), Report((), "x"), POLICY))
+
+
+def test_an_empty_key_of_the_other_kind_is_no_content() -> None:
+    text = "One is 1."
+    evs = w.sse_data(w.events(w.body(text, [w.cite(text, "1", "x")])))
+    for e in evs:
+        content = e.get("delta", {}).get("message", {}).get("content")
+        if isinstance(content, dict):
+            content["thinking"] = ""
+    parser = ADAPTER.stream_parser(ROUTE)
+    for ev in events(b"".join(w.frame(e) for e in evs)):
+        parser.feed(ev)
+    answer = parser.finish()
+    assert not answer.unknown_fields and not ADAPTER.needs_rewrite(answer, POLICY)
+
+
+def test_a_tool_call_delta_function_that_is_no_object_fails() -> None:
+    evs = w.sse_data(w.events(w.body("One.", tool_calls=[w.tool_call("c1", "f", {"a": 1})])))
+    delta = next(e for e in evs if e["type"] == "tool-call-delta")
+    delta["delta"]["message"]["tool_calls"]["function"] = "PLANTED"
+    parser = ADAPTER.stream_parser(ROUTE)
+    with pytest.raises(ProtocolError):
+        for ev in events(b"".join(w.frame(e) for e in evs)):
+            parser.feed(ev)
+
+
 # -- partial answers: citation offsets stay valid -------------------------------------------------
 
 WORDS = ["alpha", "beta", "gamma", "délta", "🔋", "ε", "zeta", "eta"]

@@ -169,10 +169,15 @@ class CohereStreamParser(StreamParser):
         part = message.get(key)
         if not isinstance(part, dict):
             raise ProtocolError(f"{NAME}: {etype} without its {key}")
-        for k in part:
-            if k not in expect:
-                self._unknown.append(("stream", etype, "delta", "message", key, k))
+        self._only(part, (etype, "delta", "message", key), expect)
         return part
+
+    def _only(self, obj: Mapping[str, Any], at: Path, expect: tuple[str, ...]) -> None:
+        """Keys of `obj` other than `expect` are recorded as unknown: the parser does not read
+        them, so the upstream's bytes holding them are never relayed (the stream is re-framed)."""
+        for k in obj:
+            if k not in expect:
+                self._unknown.append(("stream", *at, k))
 
     def _event(self, etype: str, data: Json) -> list[TextDelta]:
         if etype == "content-start":
@@ -184,6 +189,7 @@ class CohereStreamParser(StreamParser):
             kind = part.get("type")
             if kind not in ("text", "thinking"):
                 raise ProtocolError(f"{NAME}: a content item of an unknown type")
+            self._other_kind(part, etype, str(kind))
             item = self._items[i] = _Item(str(kind), self._texts if kind == "text" else -1)
             if kind == "text":
                 self._texts += 1
@@ -193,6 +199,7 @@ class CohereStreamParser(StreamParser):
             item = self._open_item(i, etype)
             part = self._part(self._message(data, etype, "content"), "content", etype,
                               "text", "thinking")
+            self._other_kind(part, etype, item.kind)
             lp = data.get("logprobs")
             if lp is not None:
                 self._logprobs.append(copy.deepcopy(lp))
@@ -232,6 +239,13 @@ class CohereStreamParser(StreamParser):
         for i, item in sorted(self._items.items()):
             out += self._release(i, item, item.length)
         return out
+
+    def _other_kind(self, part: Mapping[str, Any], etype: str, kind: str) -> None:
+        """A text item's part carries `text` only, a thinking item's `thinking` only: the
+        other key is never read, so it is unknown unless empty (no content)."""
+        other = "thinking" if kind == "text" else "text"
+        if part.get(other, "") not in ("", None):
+            self._unknown.append(("stream", etype, "delta", "message", "content", other))
 
     def _open_item(self, i: int, etype: str) -> _Item:
         item = self._items.get(i)
@@ -287,9 +301,11 @@ class CohereStreamParser(StreamParser):
         if etype == "tool-call-delta":
             call = self._part(self._message(data, etype, "tool_calls"), "tool_calls", etype,
                               "function")
-            fn = call.get("function")
-            args = fn.get("arguments") if isinstance(fn, dict) else None
-            return self._grow_args(k, args or "")
+            fn = call.get("function", {})
+            if not isinstance(fn, dict):
+                raise ProtocolError(f"{NAME}: tool-call-delta function is not an object")
+            self._only(fn, (etype, "delta", "message", "tool_calls", "function"), ("arguments",))
+            return self._grow_args(k, fn.get("arguments") or "")
         return []  # tool-call-end
 
     def _grow_args(self, k: int, args: object) -> list[TextDelta]:
