@@ -24,29 +24,78 @@ from gateway.types import CheckResult, ContextSet, NativeLocation
 
 __all__ = ["QuoteMismatch", "quotes_in"]
 
-_DOUBLE = re.compile(
-    r'"([^"\n]+)"|“([^”\n]+)”|«([^»\n]+)»|„([^“”\n]+)[“”]|»([^«\n]+)«|＂([^＂\n]+)＂'
-)
-# The characters that open a `_DOUBLE` quote other than the straight one.
-_OPENERS = re.compile("[“«„»＂]")
-_STRAIGHT = re.compile(r'"([^"\n]+)"')
-_SINGLE = re.compile(r"(?<!\w)‘([^‘\n]+?)’(?!\w)")
+# Every double quotation mark: a quote may open with any of them and close with any (mixed pairs
+# such as “…" are common in generated text, so a quote in them is checked too).
+_MARKS = '"“”„‟«»＂〝〞〟'
+
+
+def _inside(excluded: str, lines: bool) -> str:
+    """A character of a quotation: not one of `excluded` nor a line break, or (`lines`) a
+    single line break, not one that makes a blank line (a soft break inside a claim)."""
+    if lines:
+        return f"(?:[^{excluded}\\n]|\\n(?![^\\S\\n]*\\n))"
+    return f"[^{excluded}\\n]"
+
+
+def _patterns(lines: bool) -> tuple[re.Pattern[str], ...]:
+    """The quotation patterns, within a line or over single line breaks (`lines`): proper
+    pairs, any double mark to the next one, ‘…’ and straight single quotes. A straight single
+    quote opens after no word character (not "don't") and not on a decade or an elision ("the
+    '90s", "'em"); inside, "'" only stands between word characters ("the plant's"), so each
+    opener's search stops at the next other "'", and it closes after a non-space before no
+    word character."""
+    def i(x: str) -> str:
+        return _inside(x, lines)
+
+    # A quotation holds neither of its own marks: each opener's search then stops at the next
+    # one ("“a“a“a…" is read in linear time).
+    double = re.compile(
+        f'"({i(chr(34))}+)"|“({i("“”")}+)”|«({i("«»")}+)»|„({i("„“”")}+)[“”]|»({i("»«")}+)«'
+        f"|＂({i('＂')}+)＂"
+    )
+    mixed = re.compile(f"[{_MARKS}]({i(_MARKS)}+)[{_MARKS}]")
+    straight = re.compile(f'"({i(chr(34))}+)"')
+    single = re.compile(f"(?<!\\w)‘({i('‘')}+?)’(?!\\w)")
+    apostrophe = re.compile(
+        r"'(?<![\w']')(?!\s|(?:\d0s|em|tis|twas|cause|til|n)\b)"
+        f"((?:{i(chr(39))}|(?<=\\w)'(?=\\w))+?)(?<!\\s)'(?!\\w)"
+    )
+    return double, mixed, straight, single, apostrophe
+
+
+_DOUBLE, _MIXED, _STRAIGHT, _SINGLE, _APOSTROPHE = _patterns(False)
+_DOUBLE_LINES, _MIXED_LINES, _STRAIGHT_LINES, _SINGLE_LINES, _APOSTROPHE_LINES = _patterns(True)
+# The characters that open a quote other than the straight one.
+_OPENERS = re.compile(f"[{_MARKS[1:]}]")
 _ELLIPSIS = re.compile(r"\s*(?:\.\.\.|…|\[\.\.\.\]|\[…\])\s*")
 _TRAIL = ".,;:!?"
 
 
 def quotes_in(text: str) -> list[str]:
-    """The quoted passages of `text` worth checking, normalised."""
+    """The quoted passages of `text` worth checking, normalised. Where a pairing of quotation
+    marks is unclear (a pair of different marks, a quote over a line break) each reading's
+    quotes are checked: one that pairs the marks otherwise cannot hide a quote."""
     found: list[str] = []
+    lines = "\n" in text  # over a line break the pairs may differ: read both ways
     # Each pattern only where its opening character occurs (`_SINGLE` starts with a
     # lookbehind, which makes a scan of every position slow).
     if not text.isascii() and _OPENERS.search(text) is not None:
-        _keep(["".join(groups) for groups in _DOUBLE.findall(text)], 2, found)
-    elif '"' in text:  # `_DOUBLE` finds only its first alternative
+        for double, mixed in ((_DOUBLE, _MIXED), (_DOUBLE_LINES, _MIXED_LINES))[: 1 + lines]:
+            _keep(["".join(groups) for groups in double.findall(text)], 2, found)
+            _keep(mixed.findall(text), 2, found)
+    elif '"' in text:  # `_DOUBLE` and `_MIXED` find only `_STRAIGHT`'s quotes
         _keep(_STRAIGHT.findall(text), 2, found)
+        if lines:
+            _keep(_STRAIGHT_LINES.findall(text), 2, found)
     if "‘" in text:
         _keep(_SINGLE.findall(text), 3, found)
-    return found
+        if lines:
+            _keep(_SINGLE_LINES.findall(text), 3, found)
+    if "'" in text:  # mostly apostrophes: the pattern wants three words between marks
+        _keep(_APOSTROPHE.findall(text), 3, found)
+        if lines:
+            _keep(_APOSTROPHE_LINES.findall(text), 3, found)
+    return list(dict.fromkeys(found)) if len(found) > 1 else found
 
 
 def _keep(quoted: list[str], words: int, found: list[str]) -> None:
