@@ -11,6 +11,7 @@ import pytest
 from gateway.errors import PolicyError
 from gateway.policy import (
     SHORT_VERSION_LEN,
+    ClaimsSpec,
     LoadedPolicy,
     Policy,
     check_paths,
@@ -518,3 +519,16 @@ def test_nested_aliases_do_not_explode(tmp_path: Path) -> None:
     levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 7)]
     err = error_of(write(tmp_path, "\n".join(levels) + "\n"))
     assert err.line == 1  # routes / name missing, reported at the document
+
+
+@pytest.mark.parametrize(
+    ("text", "exempt"),
+    [
+        ("I cannot discuss why the plant exploded.", False),  # asserts that it did
+        ("I can't share why the sale to Acme fell through.", False),
+        ("I cannot discuss other employees' salaries.", True),
+    ],
+)
+def test_a_refusal_that_says_why_something_happened_is_a_claim(text: str, exempt: bool) -> None:
+    patterns = ClaimsSpec().exempt_re
+    assert any(p.fullmatch(text) for p in patterns) is exempt

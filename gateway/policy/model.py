@@ -290,10 +290,11 @@ DEFAULT_EXEMPT = [
     r"|here|based))*"
     # Or a refusal with a short topic ("I cannot answer questions about other employees'
     # salaries."): up to eight words of letters, none a clause word, verb or number word,
-    # so "I can't help with that, but X" or "… the 42 reactors" stays a claim.
+    # so "I can't help with that, but X", "… the 42 reactors" or "… why the plant exploded"
+    # (which asserts that it did) stays a claim.
     r"|i (?:cannot|can't|can’t|won't|won’t|am unable to|am not able to) "
     r"(?:answer|help with|provide|discuss|share|disclose|assist with)(?: that| this| it)?"
-    r"(?: (?!(?:but|because|since|although|though|which|that|who|whose|as|while|so|however"
+    r"(?: (?!(?:but|because|why|since|although|though|which|that|who|whose|as|while|so|however"
     r"|yet|and|or|nor|is|are|was|were|be|been|has|have|had|does|did|will|would|can|could"
     r"|zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\w+teen|\w+ty"
     r"|hundred|thousand|million|billion|trillion|dozen)\b)"
