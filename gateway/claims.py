@@ -10,14 +10,23 @@ Rules (DESIGN §4):
   bullets ``- * + • ◦ ▪ ‣ –``; ``1.`` ``1)`` ``(1)`` with up to three digits (a longer number,
   ``1970.``, starts an item but stays in the claim: it is more likely a year than a label);
   ``a.`` ``a)`` ``(a)`` ``A)`` ``(A)``; lower-case roman ``iv.`` ``iv)`` ``(iv)``.
-* Headings (``#``) are claims unless they are a title: at most `title_words` words (citation
-  markers and closing ``#`` not counted) and no digit. A heading is a claim of its own: it
+* Lines end at ``\n``, ``\r\n`` or a lone ``\r`` (CommonMark), for every rule below.
+* Headings (``#``) are claims unless they are a title: at most `title_words` words (a closing
+  ``#`` sequence not counted), no digit and no citation marker (a heading that cites is a
+  claim, so an invented citation cannot ride on a title). A heading is a claim of its own: it
   ends the claim before it and its last sentence ends with its line.
-* Fenced code (``` / ~~~): with `code="exempt"` (the default) no claim; with `code="check"`
-  each line of a fence is checked like a paragraph of one line. Indented text is prose, never
-  code: an indented line cannot hide a claim.
+* Fenced code (``` / ~~~, opened with 0-3 spaces of indent): with `code="exempt"` (the
+  default) no claim; with `code="check"` each line of a fence is checked like a paragraph of
+  one line. A line of three backticks with another backtick later on it (a line ``x`` between
+  triple backticks) is inline code, not a fence: a backtick fence's info string holds no
+  backtick. A non-blank line indented less than its opening fence (a tab counts as indent
+  enough) ends the code block and is read as any other line, so a fence in a list item ends
+  with the item; a closing fence so indented still closes the block. This is stricter than
+  CommonMark for a top-level fence indented 1-3 spaces, whose less indented lines are read as
+  prose (fail closed). Indented text is prose, never code: an indented line cannot hide a
+  claim.
 * Blank lines, thematic breaks (``---``), fences, headings and list items end the claim before
-  them. A single newline inside a paragraph does not.
+  them. A single line end inside a paragraph does not.
 * A sentence ends at ``.``, ``!``, ``?`` or ``…`` (plus closing quotes / parentheses) followed
   by whitespace (so do ``؟ ۔ । ॥ ։ ． ‼ ⁇ ⁈ ⁉``; the ideographic ``。！？｡`` need no whitespace
   after them), unless the next text starts with a lowercase letter or the word before a single
@@ -39,9 +48,14 @@ and the only text kept is the open claim's and the part after the cut. A claim i
 soon as its end is certain: when the first character after it that is neither whitespace nor
 ``[`` is seen (a ``[`` waits for a cut after it). A line's kind is known once it is complete,
 or once it holds a character that no rule or blank line has and its first word is followed by
-a space or tab; headings, fence lines and (with the ``regex`` citation format, whose matches
-cannot be bounded) every line are walked when complete. Whatever the split of a text into
-deltas, the claims and the moment each is emitted depend only on the text seen so far.
+a space or tab; a line that opens with a backtick fence (a backtick later on it unmakes the
+fence) is known once complete, and a line inside a fence indented n spaces once its first n
+characters are seen (once complete when one of them is a fence character: it may close the
+block). Headings, fence lines and (with the ``regex`` citation format, whose
+matches cannot be bounded) every line are walked when complete. A ``\r`` at the end of the
+text seen waits for the next character (``\r\n`` is one line end). Whatever the split of a
+text into deltas, the claims and the moment each is emitted depend only on the text seen so
+far.
 """
 
 from __future__ import annotations
@@ -117,11 +131,12 @@ _LEADING_PUNCT = "(\"'“‘[*_"
 _DECIDER = re.compile(r"[^\s\-*_=]")
 _SPACE_TAB = re.compile(r"[ \t]")
 # A bracket group, with the `(` that makes it a markdown link (a `!` before it: an image).
-_GROUP = re.compile(rf"\[([^\[\]\n]{{0,{MAX_GROUP}}})\](\()?")
+# It never spans a line end ("\n" or "\r").
+_GROUP = re.compile(rf"\[([^\[\]\n\r]{{0,{MAX_GROUP}}})\](\()?")
 # What new text can let a waiting segmenter decide more.
-_WAKE_LINE = re.compile(r"\n")
-_WAKE_CUT = re.compile(r"[ \t\n\]]")
-_WAKE_TERM = re.compile(rf"[.!?…{_SPACED_ENDS}{_IDEOGRAPHIC_ENDS}\n]")
+_WAKE_LINE = re.compile(r"[\n\r]")
+_WAKE_CUT = re.compile(r"[ \t\n\r\]]")
+_WAKE_TERM = re.compile(rf"[.!?…{_SPACED_ENDS}{_IDEOGRAPHIC_ENDS}\n\r]")
 _TERM_CHAR = re.compile(r"[.!?…]")
 _TERM_CHAR_WIDE = re.compile(rf"[.!?…{_SPACED_ENDS}{_IDEOGRAPHIC_ENDS}]")
 
@@ -139,8 +154,8 @@ ABBREVIATIONS = frozenset(_ABBREVIATIONS_WORDS.split())
 _LONG_WORD_LEN = max(map(len, ABBREVIATIONS)) + 1
 _LONG_WORD = re.compile(rf"[^\s{re.escape(_LEADING_PUNCT)}]{{{_LONG_WORD_LEN}}}")
 
-# Kinds of the current line.
-_UNDECIDED, _TEXT, _SKIP, _CODE, _HEAD = 0, 1, 2, 3, 4
+# Kinds of the current line (`_WAIT`: undecided until it is complete, a backtick fence line).
+_UNDECIDED, _TEXT, _SKIP, _CODE, _HEAD, _WAIT = 0, 1, 2, 3, 4, 5
 _NO = -(1 << 62)  # no open claim (relative offsets of an open claim may be negative)
 
 
@@ -153,10 +168,12 @@ class ClaimSegmenter:
         "_buf",
         "_cits",
         "_code",
+        "_cr",
         "_cscan",
         "_end",
         "_exempt",
         "_fence",
+        "_findent",
         "_fullmatch",
         "_kd",
         "_kf",
@@ -172,6 +189,7 @@ class ClaimSegmenter:
         "_pend",
         "_pos",
         "_regex",
+        "_rscan",
         "_start",
         "_title",
         "_wake",
@@ -199,9 +217,14 @@ class ClaimSegmenter:
         self._wake: re.Pattern[str] | None = None  # asleep until new text matches this
         self._ls = 0  # start of the current line (absolute)
         self._nscan = 0  # its newline is searched from here
+        # The next "\r" (absolute), known when at or after `_nscan`; else "\r" is searched
+        # from `_rscan` on. Kept so that each character is searched once.
+        self._cr = -1
+        self._rscan = 0
         self._kind = _UNDECIDED
         self._kf = self._kw = self._kd = False  # kind flags: first word seen, complete, decider
         self._fence: str | None = None  # the opening fence while inside a code block
+        self._findent = 0  # and its indent
         self._pos = 0  # a text line is walked up to here
         self._cscan = 0  # a cut is searched from here
         # The open claim: start and end (absolute; start `_NO` when none), citations, the
@@ -276,22 +299,45 @@ class ClaimSegmenter:
         self._wake = None
         while True:
             ls = self._ls - bb
-            nl = buf.find("\n", self._nscan - bb)
-            if nl < 0:
+            ns = self._nscan - bb
+            # A line ends at "\n", "\r\n" or a lone "\r". The usual text has no "\r": one
+            # search per call finds none, and a "\r" found is kept until its line ends.
+            if self._cr >= self._nscan:
+                cr = self._cr - bb
+            elif self._rscan - bb >= n:
+                cr = -1
+            else:
+                cr = buf.find("\r", max(self._rscan - bb, ns))
+                if cr < 0:
+                    self._rscan = n + bb
+                else:
+                    self._cr = cr + bb
+                    self._rscan = cr + 1 + bb
+            nl = buf.find("\n", ns) if cr < 0 else buf.find("\n", ns, cr)
+            if nl >= 0:
+                e, nxt = nl, nl + 1
+            elif cr >= 0:
+                e = cr
+                if cr + 1 < n:
+                    nxt = cr + 2 if buf[cr + 1] == "\n" else cr + 1
+                elif final:
+                    nxt = n
+                else:
+                    # The line ends here; whether the next starts after a "\n" is not known.
+                    self._nscan = cr + bb
+                    self._partial(ls, cr, out)
+                    self._wake = None  # any character decides
+                    break
+            else:
                 self._nscan = n + bb
                 if not final:
                     self._partial(ls, n, out)
                     break
-                e = n
-            else:
-                e = nl
-            lo = max(ls, 0)  # a text line's walked part may be trimmed away
-            while e > lo and buf[e - 1] == "\r":
-                e -= 1
+                e, nxt = n, -1
             self._complete(ls, e, out)
-            if nl < 0:
+            if nxt < 0:
                 break
-            self._ls = self._nscan = self._pos = self._cscan = nl + 1 + bb
+            self._ls = self._nscan = self._pos = self._cscan = nxt + bb
             self._kind = _UNDECIDED
             self._kf = self._kw = self._kd = False
         self._trim()
@@ -310,12 +356,44 @@ class ClaimSegmenter:
             self._kd = True
         return self._kw and self._kd
 
-    def _line_kind(self, ls: int, e: int, out: list[Segment]) -> None:
-        """Classify the line at buf[ls:e] (complete, or decided by `_note_kind`)."""
+    def _in_fence(self, ls: int, e: int, complete: bool) -> bool | None:
+        """Whether the line buf[ls:e] (complete, or so far) stays in the open code block of a
+        fence indented n > 0 spaces; None while that is not known yet. A line indented less
+        than n ends the block unless it is blank (CommonMark: its container, a list item,
+        ended) or a closing fence, which closes the block rather than open another; a tab
+        reaches column 4, past any fence's indent."""
         buf = self._buf
-        if self._fence is not None:
-            self._kind = _CODE
-            return
+        k, stop = ls, ls + self._findent
+        while k < stop and k < e and buf[k] == " ":
+            k += 1
+        if k == stop or (k < e and buf[k] == "\t"):
+            return True
+        if k == e:  # spaces only so far
+            return True if complete else None
+        if self._fence is not None and buf[k] == self._fence[0]:
+            return self._closes(ls, e) if complete else None
+        return False
+
+    def _closes(self, ls: int, e: int) -> bool:
+        """Whether the complete line buf[ls:e] closes the open fence."""
+        buf, fence = self._buf, self._fence
+        m = _FENCE.match(buf, ls, e)
+        return (
+            m is not None
+            and fence is not None
+            and m.group(1)[0] == fence[0]
+            and len(m.group(1)) >= len(fence)
+            and _BLANK.match(buf, m.end(), e) is not None
+        )
+
+    def _line_kind(self, ls: int, e: int, out: list[Segment], partial: bool = False) -> None:
+        """Classify the line at buf[ls:e] (complete, or decided by `_note_kind`: `partial`)."""
+        buf = self._buf
+        if self._fence is not None:  # `_partial` decides this for a partial line
+            if self._findent == 0 or self._in_fence(ls, e, True):
+                self._kind = _CODE
+                return
+            self._fence = None
         if _PLAIN_START.match(buf, ls, e):  # the usual line: no other kind starts so
             self._kind = _TEXT
             self._pos = self._cscan = ls + self._bb
@@ -326,9 +404,15 @@ class ClaimSegmenter:
             return
         m = _FENCE.match(buf, ls, e)
         if m:
-            self._close(out)
-            self._fence = m.group(1)
-            return
+            fence = m.group(1)
+            if fence[0] == "`" and partial:
+                self._kind = _WAIT  # a backtick later on the line makes it inline code
+                return
+            if fence[0] != "`" or buf.find("`", m.end(), e) < 0:
+                self._close(out)
+                self._fence = fence
+                self._findent = m.start(1) - ls
+                return
         pos = ls
         m = _HEADING.match(buf, ls, e)
         if m:
@@ -349,7 +433,7 @@ class ClaimSegmenter:
 
     def _complete(self, ls: int, e: int, out: list[Segment]) -> None:
         """The line at buf[ls:e] is complete: walk what is left of it."""
-        if self._kind == _UNDECIDED:
+        if self._kind == _UNDECIDED or self._kind == _WAIT:
             self._line_kind(ls, e, out)
         kind = self._kind
         bb = self._bb
@@ -361,15 +445,7 @@ class ClaimSegmenter:
                 self._walk(p, e, True, out)
                 self._close(out)
         elif kind == _CODE:
-            buf, fence = self._buf, self._fence
-            m = _FENCE.match(buf, ls, e)
-            if (
-                m
-                and fence is not None
-                and m.group(1)[0] == fence[0]
-                and len(m.group(1)) >= len(fence)
-                and _BLANK.match(buf, m.end(), e)
-            ):
+            if self._closes(ls, e):
                 self._fence = None
             elif self._code == "check":
                 self._walk(ls, e, True, out)
@@ -379,26 +455,36 @@ class ClaimSegmenter:
         """The current line is buf[ls:n] so far: walk what is certain, set what to wait for."""
         if self._kind == _UNDECIDED:
             if self._fence is not None:
-                self._kind = _CODE
-            else:
+                inside = True if self._findent == 0 else self._in_fence(ls, n, False)
+                if inside is None:
+                    # Spaces only so far: the next character decides (at most three spaces
+                    # on); a fence character: the line's end (it may close the block).
+                    blank = _NONSPACE.search(self._buf, ls, n) is None
+                    self._wake = None if blank else _WAKE_LINE
+                    return
+                if inside:
+                    self._kind = _CODE
+                else:
+                    self._fence = None
+            if self._kind == _UNDECIDED:
                 # Read once: from where `feed` (which reads each delta it keeps) stopped.
                 decided = self._note_kind(self._buf, max(ls, self._cscan - self._bb), n)
                 self._cscan = n + self._bb
                 if not decided:
                     self._wake = _WAKE_LINE
                     return
-                self._line_kind(ls, n, out)
+                self._line_kind(ls, n, out, True)
         if self._kind != _TEXT or self._regex:
             self._wake = _WAKE_LINE
             return
         self._cut(n, out)
 
     def _is_title(self, p: int, e: int) -> bool:
-        """Whether the heading text buf[p:e] is a title: few words, no digit (markers and a
-        closing `#` sequence not counted)."""
+        """Whether the heading text buf[p:e] is a title: few words (a closing `#` sequence not
+        counted), no digit and no citation marker."""
+        if self._markers(p, e):
+            return False
         text = self._buf[p:e]
-        for ms, me, _ in reversed(self._markers(p, e)):
-            text = text[: ms - p] + " " + text[me - p :]
         words = text.split()
         if words and words[-1].strip("#") == "":
             words.pop()

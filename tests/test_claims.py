@@ -76,7 +76,7 @@ def test_list_item_with_two_sentences() -> None:
 
 def test_headings_and_code_fences_are_not_claims() -> None:
     text = (
-        "# Heading [a:1]\n"
+        "# Heading\n"
         "Body [a:1].\n"
         "```python\nx = 1. Not a claim [z:9].\n```\n"
         "~~~\ncode\n~~~\n"
@@ -84,6 +84,13 @@ def test_headings_and_code_fences_are_not_claims() -> None:
         "After [b:2]."
     )
     assert texts(text) == ["Body [a:1].", "After [b:2]."]
+
+
+def test_a_heading_with_a_citation_is_a_claim() -> None:
+    # A title may not carry an invented citation past the checks.
+    assert texts("# Wind powers the plant [zz:9]\nBody [a:1].") == [
+        "Wind powers the plant [zz:9]", "Body [a:1].",
+    ]
 
 
 def test_fence_must_close_with_same_char() -> None:
@@ -239,6 +246,8 @@ _PIECES = st.sampled_from(
         "I don't know.", "[see]", "[x](y)", "v2.1.3", "\r\n", "---", "“q”", "…", "U.", "[", "]",
         "(", "!", "Sec.", "1", "[see above. Ok]", "Wow![a:1]", "\t", "A.", "b",
         "泵由X设计。", "好！", "。」", "هل؟", "．",
+        # lone carriage returns, inline code that looks like a fence, fences in list items
+        "\r", "\r\r", "```x```", "`", "  ```", "   ~~~", "  x", " ", "[a:\u00a0b]", "# T [a:1]",
     ]
 )
 

@@ -58,9 +58,13 @@ _PIECES = st.sampled_from(
         # line kinds
         "- ", "* ", "+ ", "1. ", "2) ", "12 ", "# Head", "## Sub ", "#no", "```", "```py",
         "~~~", "````", "---", "***", "___", "===", "- - -", "    ",
+        # inline code that looks like a fence, fences indented as in list items, cited headings
+        "```x```", "``` `", "`", "  ```", "   ~~~", " ```", "  x", "# T [a:1]", "## T [a: 1]",
+        # whitespace other than a space inside a marker's half
+        "[kb:\u00a0x]", "[kb:\tx]", "[kb\u3000:x]", "[1,\u00a02]",
         # whitespace
         " ", " ", "  ", "\t", "\n", "\n", "\n\n", "\r\n", "\r", "\u00a0", "\u2028", "\x0b",
-        "\f",
+        "\f", "\r", "\r\r", "\u3000",
     ]
 )
 
@@ -71,9 +75,12 @@ _LINE_STARTS = st.sampled_from(
         "", "", "", "- ", "* ", "+ ", "1. ", "2) ", "12 ", "١. ", "  - ", "\t1. ", "-", "1.",
         "#", "# ", "## Sub", "####### ", " # ", "```", "~~~", "````", "``", "---", "***", "___",
         "===", "- - -", "--", "    ", " ", "\t", "\u00a0",
+        "  ```", " ```", "   ~~~", "```x`", "``` a `", "  ", "   ", "  \t", "\r", "# T [a:1] ",
     ]
 )
-_LINE_ENDS = st.sampled_from(["\n", "\n", "\r\n", "\r\r\n", "\r", "\n\n", " \n", "\t\r\n"])
+_LINE_ENDS = st.sampled_from(
+    ["\n", "\n", "\r\n", "\r\r\n", "\r", "\n\n", " \n", "\t\r\n", "\r\r", "\r\n\r"]
+)
 
 
 @st.composite
@@ -89,7 +96,8 @@ def split_texts(draw: st.DrawFn, max_pieces: int = 40) -> tuple[str, list[str]]:
             )
         )
         text = "".join(a + "".join(b) + c for a, b, c in lines)
-        if lines and draw(st.booleans()):
+        rstrip: bool = draw(st.booleans())
+        if lines and rstrip:
             text = text.rstrip("\n")
     cuts = sorted(draw(st.lists(st.integers(0, len(text)), max_size=10)))
     deltas = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
@@ -125,7 +133,9 @@ def test_whole_equals_the_incremental_walk(
     assert_same(text, deltas, fmt, exempt_set)
 
 
-_CHARS = st.sampled_from(list("aZé1 .!?…\"')»*_[]():@^,-+#`~=<>\n\r\t\u00a0\u2028!。！？」؟．"))
+_CHARS = st.sampled_from(
+    list("aZé1 .!?…\"')»*_[]():@^,-+#`~=<>\n\r\t\u00a0\u2028!。！？」؟．\u3000\r`")
+)
 
 
 @settings(max_examples=500, deadline=None)

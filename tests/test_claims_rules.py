@@ -43,8 +43,9 @@ FORTY_TWO = "The base has forty two reactors in the desert"
         ("# Overview", None),
         ("## Battery and charging", None),
         ("### One two three four five six seven eight", None),
-        ("## Results [a:1]", None),  # markers are not words
-        ("## Summary ##", None),  # nor is a closing sequence
+        ("## Summary ##", None),  # a closing sequence is not a word
+        ("## Results [a:1]", "Results [a:1]"),  # a citation makes a claim of any heading
+        ("# Overview [doc: 3]", "Overview [doc: 3]"),
         ("## The base has 42 reactors", "The base has 42 reactors"),  # a digit
         ("# Results of 2021", "Results of 2021"),
         ("## One two three four five six seven eight nine", NINE),
@@ -93,6 +94,99 @@ def test_indented_text_is_prose_not_code() -> None:
     assert texts("Intro [a:1].\n\n    The base has 42 reactors.\n") == [
         "Intro [a:1].", "The base has 42 reactors.",
     ]
+
+
+@pytest.mark.parametrize(
+    "line", ["```x```", "```x``", "``` a ` b", "````py `x`", " ```a`", "```py print(`x`)"]
+)
+def test_a_backtick_line_with_a_backtick_after_its_opener_is_no_fence(line: str) -> None:
+    # CommonMark: a backtick fence's info string holds no backtick; the line is inline code.
+    text = f"Intro [a:1].\n\n{line}\n\nThe base has 42 reactors [a:1].\n"
+    assert texts(text)[-1] == "The base has 42 reactors [a:1]."
+    assert texts(text)[1] == line.strip()
+    # A tilde fence's info string may hold anything.
+    assert texts("Intro [a:1].\n~~~ a ` b\nThe base has 42 reactors.\n~~~\n") == ["Intro [a:1]."]
+
+
+def test_a_backtick_fence_line_is_decided_at_its_end_in_a_stream() -> None:
+    # "```py x" could still become "```py x`" (no fence): the line waits for its end.
+    deltas = ["Intro [a:1].\n\n", "```py", " x = 1", "`\n", "The base has 42 reactors [a:1]."]
+    assert [s.text for s in fed("".join(deltas), deltas)] == [
+        "Intro [a:1].", "```py x = 1`\nThe base has 42 reactors [a:1].",
+    ]
+    seg = ClaimSegmenter(PARSER, EXEMPT)
+    assert [[s.text for s in seg.feed(d)] for d in ["Intro [a:1].\n", "```py", " x = 1"]] == [
+        [], [], [],
+    ]
+    assert [s.text for s in seg.feed("\n")] == ["Intro [a:1]."]  # a fence: it ends the claim
+
+
+def test_a_fence_in_a_list_item_ends_with_the_item() -> None:
+    # A non-blank line indented less than the opening fence ends the code block.
+    text = "- Intro [a:1].\n  ```\n  x = 1\n\nThe base has 42 reactors [a:1].\n"
+    assert texts(text) == ["Intro [a:1].", "The base has 42 reactors [a:1]."]
+    assert texts("1. Intro [a:1].\n   ~~~\n   x = 1\n  The base has 42 reactors.\n") == [
+        "Intro [a:1].", "The base has 42 reactors.",
+    ]
+    # Lines indented at least as far, blank lines and tab-indented lines stay code.
+    code = "- Intro [a:1].\n  ```\n  x = 1. It has 42.\n\n   y = 2.\n\tz = 3.\n \n  ```\nOut [a:1]."
+    assert texts(code) == ["Intro [a:1].", "Out [a:1]."]
+    # Stricter than CommonMark (fail closed): a top-level fence indented 1-3 spaces reads its
+    # less indented lines as prose.
+    assert texts(" ```\nx = 42.\n ```\n") == ["x = 42."]
+    # A less indented closing fence closes the block: it never opens a new one.
+    for opener in (" ```", "   ```", "- a [a:1].\n  ```"):
+        text = f"{opener}\n   code. It has 42.\n``` \nThe base has 42 reactors [a:1].\n"
+        assert texts(text)[-1:] == ["The base has 42 reactors [a:1]."]
+        assert not [c for c in texts(text) if "code" in c]
+        for deltas in (list(text), [text[:9], text[9:]]):
+            assert [s.text for s in fed(text, deltas)] == texts(text)
+
+
+def test_a_fence_in_a_list_item_ends_with_the_item_in_a_stream() -> None:
+    text = "- Intro [a:1].\n  ```\n  x = 1\n The base has 42 reactors [a:1]. Next"
+    for deltas in (list(text), [text[:25], text[25:40], text[40:]]):
+        assert [s.text for s in fed(text, deltas)] == [
+            "Intro [a:1].", "The base has 42 reactors [a:1].", "Next",
+        ]
+    seg = ClaimSegmenter(PARSER, EXEMPT)
+    seg.feed("Intro [a:1].\n  ```\n")
+    assert seg.feed(" ") == []
+    assert [s.text for s in seg.feed("T")] == []
+    assert [s.text for s in seg.feed("he base [a:1]. N")] == ["The base [a:1]."]
+
+
+@pytest.mark.parametrize(
+    ("text", "claims"),
+    [
+        ("Intro [a:1].\n\n```\nfoo\r```\rThe base has 42 reactors [a:1].\n```\n",
+         ["Intro [a:1].", "The base has 42 reactors [a:1]."]),
+        ("# Base\rThe base has reactors", ["The base has reactors"]),
+        ("Intro [a:1].\r- one [a:1]\r1. two\r", ["Intro [a:1].", "one [a:1]", "two"]),
+        ("No period here\r\rNext [a:1]", ["No period here", "Next [a:1]"]),
+        ("Above\r---\rBelow", ["Above", "Below"]),
+        ("A wrapped\rsentence [a:1].", ["A wrapped\rsentence [a:1]."]),
+        # "\r\r\n" is two line ends: a blank line between.
+        ("No period here\r\r\nNext [a:1]", ["No period here", "Next [a:1]"]),
+        ("One [a:1].\r\n- two [b:1]\r\n", ["One [a:1].", "two [b:1]"]),
+    ],
+)
+def test_a_lone_carriage_return_ends_a_line(text: str, claims: list[str]) -> None:
+    assert texts(text) == claims
+    for deltas in (list(text), [text], [text[: len(text) // 2], text[len(text) // 2 :]]):
+        assert [s.text for s in fed(text, deltas)] == claims
+
+
+def test_a_carriage_return_at_the_end_of_a_delta_waits_for_the_next_character() -> None:
+    seg = ClaimSegmenter(PARSER, EXEMPT)
+    assert seg.feed("Foo is 3 [a:1].\r") == []
+    assert [s.text for s in seg.feed("B")] == []  # "B" may be a label ("B)")
+    assert [s.text for s in seg.feed("ar is 4.")] == ["Foo is 3 [a:1]."]
+    seg = ClaimSegmenter(PARSER, EXEMPT)
+    seg.feed("Intro [a:1].\n```\nx\r")
+    assert seg.feed("```") == []
+    assert seg.feed("\rThe base has 42 reactors. ") == []
+    assert [s.text for s in seg.feed("Next")] == ["The base has 42 reactors."]
 
 
 # -- exemptions --------------------------------------------------------------------------------
