@@ -5,6 +5,7 @@ chunk rebuilding, OpenRouter detail merging, and the captured fixtures through t
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import subprocess
@@ -228,3 +229,73 @@ def test_stream_merges_thinking_pieces_and_reasoning_details() -> None:
     kinds = [(c.kind, c.path[3:], c.text) for c in parser.finish().channels]
     assert ("reasoning", ("content", 0), "thinking") in kinds
     assert ("reasoning", ("reasoning_details", 0, "text"), "ab") in kinds
+
+
+# -- what a buffered stream said that the assembled body does not hold -------------------------
+
+
+def _frames(parser: OpenAIStreamParser, chunks: list[dict[str, Any]]) -> list[Any]:
+    """Feed whole frames (each `{choice keys…}` of choice 0, or a top-level dict under
+    `"top"`); the assembled answer's dropped fields."""
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    for c in chunks:
+        top = c.pop("top", {})
+        choices = [] if c.pop("none", False) else [{"index": 0, "finish_reason": None, **c}]
+        parser.feed(SSEEvent(data=json.dumps({**head, **top, "choices": choices})))
+    parser.feed(SSEEvent(data="[DONE]"))
+    return parser.finish().dropped
+
+
+_USAGE = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        pytest.param([{"delta": {"content": "A."}, "top": {"usage": {"x_note": "a b"}}},
+                      {"delta": {}, "none": True, "top": {"usage": _USAGE}}], id="usage"),
+        pytest.param([{"delta": {"content": "A."},
+                       "logprobs": {"content": [], "refusal": "a b"}}], id="logprobs-member"),
+        pytest.param([{"delta": {"content": "A."}, "logprobs": "a b"}], id="logprobs-value"),
+        pytest.param([{"delta": {"content": "A."}, "message": {"content": "B."}}],
+                     id="choice-message"),
+        pytest.param([{"delta": {"audio": {"id": "a_1", "transcript": "A."}}},
+                      {"delta": {"audio": {"id": "a_2"}}}], id="audio-id"),
+        pytest.param([{"delta": {"reasoning_details": [
+                          {"type": "reasoning.text", "index": 0, "text": "a", "id": "r_1"}]}},
+                      {"delta": {"reasoning_details": [
+                          {"type": "reasoning.text", "index": 0, "text": "b", "id": "r_2"}]}}],
+                     id="reasoning-detail"),
+        pytest.param([{"delta": {"content": "A."}, "x_note": "a"},
+                      {"delta": {}, "x_note": "b"}], id="choice-extra"),
+    ],
+)
+def test_a_frame_value_the_body_overwrote_or_ignored_is_dropped(
+    chunks: list[dict[str, Any]]
+) -> None:
+    dropped = _frames(OpenAIStreamParser(), copy.deepcopy(chunks))
+    assert dropped, "the stream would be relayed as the upstream's bytes"
+
+
+def test_a_frame_message_does_not_replace_the_assembled_message() -> None:
+    parser = OpenAIStreamParser()
+    _frames(parser, [{"delta": {"content": "A."}, "message": {"content": "B."}}])
+    assert parser.body()["choices"][0]["message"]["content"] == "A."
+
+
+def test_decided_frames_drop_nothing() -> None:
+    """A growing usage of the right shape, a repeated audio id, logprobs with a null refusal
+    and detail pieces that only add strings: nothing the body does not hold."""
+    tok = {"token": "A.", "logprob": -0.1, "bytes": [65, 46], "top_logprobs": []}
+    dropped = _frames(OpenAIStreamParser(), [
+        {"delta": {"content": "A."}, "logprobs": {"content": [tok], "refusal": None},
+         "top": {"usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}},
+        {"delta": {"audio": {"id": "a_1", "expires_at": 1, "transcript": "A."}}},
+        {"delta": {"audio": {"id": "a_1", "data": "aGk="}}},
+        {"delta": {"reasoning_details": [
+            {"type": "reasoning.text", "index": 0, "text": "a", "signature": None}]}},
+        {"delta": {"reasoning_details": [
+            {"type": "reasoning.text", "index": 0, "text": "b", "signature": "c2ln"}]}},
+        {"delta": {}, "none": True, "top": {"usage": _USAGE}},
+    ])
+    assert dropped == []

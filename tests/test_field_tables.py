@@ -32,7 +32,7 @@ from gateway.protocols.fields import (
 )
 from gateway.protocols.openai_chat import BODY_TABLE as OPENAI_TABLE
 from gateway.sse import SSEDecoder
-from gateway.types import Decision, Outcome, Report
+from gateway.types import Chunk, ContextSet, Decision, Outcome, Report
 from tests.upstream_app import anthropic_body, openai_body, split_random
 
 POLICY = Policy.model_validate(
@@ -371,3 +371,54 @@ def test_random_shaped_bodies_parse_or_fail_cleanly(
     for decision in (Decision.RELEASED, Decision.ABSTAINED):
         rendered = adapter.render(answer, [], Outcome(decision), Report((), "x"), POLICY)
         json.dumps(rendered)
+
+
+def test_a_tool_call_keeps_only_the_member_its_type_names() -> None:
+    body = openai_body("x")
+    both = {"function": {"name": "f", "arguments": "{}"}, "custom": {"name": "s", "input": "B"}}
+    body["choices"][0]["message"]["tool_calls"] = [
+        {"id": "call_1", "type": "function", **both},
+        {"id": "call_2", "type": "custom", **both},
+    ]
+    answer = ADAPTERS["openai-chat"].parse(body, POLICY.routes[0])
+    calls = answer.body["choices"][0]["message"]["tool_calls"]  # type: ignore[index]
+    assert [sorted(c) for c in calls] == [["function", "id", "type"], ["custom", "id", "type"]]
+    assert [c.text for c in answer.channels if c.kind == "tool_arguments"] == ["{}", "B"]
+    assert ADAPTERS["openai-chat"].needs_rewrite(answer, POLICY)
+
+
+@pytest.mark.parametrize(
+    ("audio", "kept"),
+    [
+        ({"id": "a_1", "data": "aGk=", "expires_at": 1, "transcript": "x"}, True),
+        ({"id": "a_1", "data": "aGk=", "expires_at": 1}, False),
+        ({"id": "a_1", "data": "aGk=", "expires_at": 1, "transcript": None}, False),
+        ({"id": "a_1", "data": "aGk=", "expires_at": 1, "transcript": ["x"]}, False),
+    ],
+)
+def test_audio_goes_out_only_with_its_transcript(audio: dict[str, Any], kept: bool) -> None:
+    body = openai_body("x")
+    body["choices"][0]["message"]["audio"] = audio
+    answer = ADAPTERS["openai-chat"].parse(body, POLICY.routes[0])
+    assert ("audio" in answer.body["choices"][0]["message"]) is kept  # type: ignore[index]
+    assert bool(answer.dropped) is not kept
+
+
+def test_a_url_citation_goes_out_only_when_its_url_is_a_context_chunk() -> None:
+    adapter = ADAPTERS["openai-chat"]
+    body = openai_body("The pump [a:1].")
+    known, other = "https://kb.example/pump", "https://example.com/elsewhere"
+    body["choices"][0]["message"]["annotations"] = [
+        {"type": "url_citation",
+         "url_citation": {"url": u, "title": "", "start_index": 0, "end_index": 8}}
+        for u in (known, other)
+    ]
+    answer = adapter.parse(body, POLICY.routes[0])
+    assert adapter.needs_rewrite(answer, POLICY)
+    ctx = ContextSet()
+    ctx.add(Chunk(id=known, text="The pump."))
+    out = adapter.render(answer, [], Outcome(Decision.RELEASED), Report((), ctx), POLICY)
+    anns = out["choices"][0]["message"]["annotations"]  # type: ignore[index]
+    assert [a["url_citation"]["url"] for a in anns] == [known]
+    out = adapter.render(answer, [], Outcome(Decision.RELEASED), Report((), ContextSet()), POLICY)
+    assert out["choices"][0]["message"]["annotations"] == []  # type: ignore[index]

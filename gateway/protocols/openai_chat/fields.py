@@ -237,14 +237,15 @@ _SEARCH_RESULTS = Positional(
         )
     )
 )
-# Audio speaks words: only its transcript is verified, so audio without one is dropped.
+# Audio speaks words: only its transcript is verified (parse.py reads it as the transcript
+# channel), so audio whose transcript is not a string is dropped whole.
 _AUDIO = Obj(
     "audio",
     {
         "id": _TOKEN,
         "data": Meta(is_opaque),
         "expires_at": _INT,
-        "transcript": Text("transcript", strings_only=True),
+        "transcript": Meta(lambda v: type(v) is str),
     },
     required=frozenset({"id", "transcript"}),
 )
