@@ -1,7 +1,8 @@
 """anthropic-messages stream parser: the assembled message is the one the SDKs build from the
 same events (they append each started block and apply a delta only to a block of its type), or
 the stream fails or is re-framed, so a buffered stream is relayed as is only when its bytes say
-nothing the gateway did not verify."""
+nothing the gateway did not verify. And a search result citation's `source` goes out only as
+the request gave it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from gateway.context import build_context
 from gateway.errors import ProtocolError
-from gateway.policy import Policy
+from gateway.policy import ContextSpec, Policy
 from gateway.protocols import get
 from gateway.protocols.anthropic_messages.stream import AnthropicStreamParser
 from gateway.sse import SSEEvent
@@ -179,3 +181,35 @@ def test_a_real_stream_is_relayed_as_is() -> None:
     assert not answer.dropped and not answer.unknown_fields
     assert [b["type"] for b in content(answer)] == ["thinking", "text", "tool_use"]
     assert content(answer)[2]["input"] == {"q": "pump"}
+
+
+# -- a search result citation's source ------------------------------------------------------------
+
+
+def test_a_search_result_source_is_relayed_only_as_the_request_gave_it() -> None:
+    request = {"messages": [{"role": "user", "content": [
+        {"type": "search_result", "source": "https://kb.example/a", "title": "A",
+         "content": [{"type": "text", "text": "One."}]},
+        {"type": "search_result", "source": "https://kb.example/b", "title": "B",
+         "content": [{"type": "text", "text": "Two."}]},
+        {"type": "text", "text": "Q?"}]}]}
+    ctx = build_context("anthropic-messages", ContextSpec(), request=request)
+
+    def cit(index: int, source: str) -> Obj:
+        return {"type": "search_result_location", "cited_text": "One.", "source": source,
+                "search_result_index": index, "start_block_index": 0, "end_block_index": 1}
+
+    cits = [cit(0, "https://kb.example/a"), cit(1, "https://kb.example/a"),
+            cit(0, "https://kb.example/PLANTED"), cit(7, "https://kb.example/a")]
+    body = {"id": "m", "type": "message", "role": "assistant", "model": "c",
+            "content": [{"type": "text", "text": "One.", "citations": cits}],
+            "stop_reason": "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 1}}
+    answer = ADAPTER.parse(body, ROUTE)
+    assert ADAPTER.needs_rewrite(answer, POLICY)  # only a rendered body has it compared
+    out = ADAPTER.render(answer, [], Outcome(Decision.RELEASED), Report((), ctx), POLICY)
+    got = [c.get("source") for c in out["content"][0]["citations"]]  # type: ignore[index]
+    assert got == ["https://kb.example/a", None, None, None]
+    # Only the context's fingerprint: nothing to compare with, no source is kept.
+    out = ADAPTER.render(answer, [], Outcome(Decision.RELEASED), Report((), "x"), POLICY)
+    assert all("source" not in c for c in out["content"][0]["citations"])  # type: ignore[index]

@@ -15,9 +15,11 @@ from gateway.protocols.anthropic_messages.framer import AnthropicFramer
 from gateway.protocols.anthropic_messages.parse import NAME, parse_body
 from gateway.protocols.anthropic_messages.render import (
     abstained_body,
+    cites_a_source,
     error_body,
     error_event,
     partial_body,
+    relayed_sources,
     released_body,
     stream_events,
 )
@@ -30,7 +32,7 @@ from gateway.protocols.base import (
 )
 from gateway.protocols.relay import relayed_message, relayed_token
 from gateway.sse import SSEEvent
-from gateway.types import Answer, Claim, ContextSet, Outcome
+from gateway.types import Answer, Claim, ContextSet, Outcome, Report
 
 __all__ = ["AnthropicMessages"]
 
@@ -75,7 +77,18 @@ class AnthropicMessages(Adapter):
         )
         if redacted and policy.channels.reasoning != "pass":
             return True
-        return rule_withholds_something(answer, policy)
+        return cites_a_source(answer.body) or rule_withholds_something(answer, policy)
+
+    def render(
+        self,
+        answer: Answer,
+        claims: Sequence[Claim],
+        outcome: Outcome,
+        report: Report,
+        policy: Policy,
+    ) -> dict[str, object]:
+        body = super().render(answer, claims, outcome, report, policy)
+        return relayed_sources(body, report.context)
 
     def released_body(self, answer: Answer, policy: Policy) -> dict[str, object]:
         return released_body(answer, policy)

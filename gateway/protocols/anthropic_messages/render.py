@@ -15,13 +15,15 @@ from gateway.protocols.anthropic_messages.fields import CITATION
 from gateway.protocols.anthropic_messages.parse import Json, native_citation, text_block_ranges
 from gateway.protocols.base import field_allowed, kept_spans, leaks, split_claims
 from gateway.sse import SSEEvent
-from gateway.types import Answer, Channel, Claim, Outcome
+from gateway.types import Answer, Channel, Claim, ContextSet, Outcome
 
 __all__ = [
     "abstained_body",
+    "cites_a_source",
     "error_body",
     "error_event",
     "partial_body",
+    "relayed_sources",
     "released_body",
     "stream_events",
 ]
@@ -66,6 +68,39 @@ def abstained_body(answer: Answer, text: str) -> Json:
         "stop_sequence": None,
         "usage": copy.deepcopy(src.get("usage") or {"input_tokens": 0, "output_tokens": 0}),
     }
+
+
+def _search_result_citations(body: Mapping[str, object]) -> list[Json]:
+    out: list[Json] = []
+    content = body.get("content")
+    for block in content if isinstance(content, list) else []:
+        cits = block.get("citations") if isinstance(block, Mapping) else None
+        for c in cits if isinstance(cits, list) else []:
+            if isinstance(c, dict) and c.get("type") == "search_result_location":
+                out.append(c)
+    return out
+
+
+def cites_a_source(body: Mapping[str, object]) -> bool:
+    """Does a search result citation name its result's `source`? Only a rendered body has it
+    compared with the request's (`relayed_sources`), so such an answer is never relayed as
+    the upstream's bytes."""
+    return any("source" in c for c in _search_result_citations(body))
+
+
+def relayed_sources(body: Json, ctx: ContextSet | str) -> Json:
+    """`body` with a search result citation's `source` kept only when it is the cited search
+    result's own, as the request gave it: any other value is upstream text nobody verified
+    (an index or cited text that verifies says nothing of it). Without the context (only its
+    fingerprint) no source is kept."""
+    results = {d.index: d.source for d in ctx.search_results} if isinstance(ctx, ContextSet) else {}
+    for c in _search_result_citations(body):
+        if "source" in c:
+            idx = c.get("search_result_index")
+            own = results.get(idx) if type(idx) is int else None
+            if own is None or c["source"] != own:
+                del c["source"]
+    return body
 
 
 def error_body(message: str, type_: str) -> Json:
