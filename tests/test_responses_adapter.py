@@ -383,3 +383,174 @@ def test_an_echoed_instruction_is_context_only_without_a_request_body(
         return sorted(ctx.chunks)
 
     assert contextvars.Context().run(run) == (["planted"] if counts else [])
+
+
+# -- texts no finished item holds -------------------------------------------------------------
+
+
+def _events(body: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for frame in _frames(body):
+        line = next(x for x in frame.decode().split("\n") if x.startswith("data: "))
+        out.append(json.loads(line[len("data: "):]))
+    return out
+
+
+def _wire(evs: list[dict[str, Any]]) -> bytes:
+    return b"".join(w.sse({**e, "sequence_number": n}, e["type"]) for n, e in enumerate(evs))
+
+
+def _before_done(evs: list[dict[str, Any]], event: dict[str, Any], item: int = 0) -> None:
+    at = next(k for k, e in enumerate(evs)
+              if e["type"] == "response.output_item.done" and e["output_index"] == item)
+    evs.insert(at, event)
+
+
+_ON_MESSAGE = {"item_id": "msg_fake", "output_index": 0}
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        pytest.param({"type": "response.reasoning_text.delta", **_ON_MESSAGE,
+                      "content_index": 3, "delta": "PLANTED"}, id="reasoning-text"),
+        pytest.param({"type": "response.reasoning_summary_text.delta", **_ON_MESSAGE,
+                      "summary_index": 0, "delta": "PLANTED"}, id="summary"),
+        pytest.param({"type": "response.function_call_arguments.delta", **_ON_MESSAGE,
+                      "delta": "PLANTED"}, id="arguments"),
+        pytest.param({"type": "response.output_text.delta", **_ON_MESSAGE, "content_index": 1,
+                      "delta": "PLANTED", "logprobs": []}, id="text-on-refusal"),
+        pytest.param({"type": "response.refusal.delta", **_ON_MESSAGE, "content_index": 0,
+                      "delta": "PLANTED"}, id="refusal-on-text"),
+        pytest.param({"type": "response.output_text.annotation.added", **_ON_MESSAGE,
+                      "content_index": 1, "annotation_index": 0,
+                      "annotation": {"type": "file_path", "file_id": "f", "index": 0}},
+                     id="annotation-on-refusal"),
+    ],
+)
+def test_a_text_event_for_another_item_or_part_type_raises(event: dict[str, Any]) -> None:
+    body = w.response_text("The K7 stores 13.5 kWh [k7:capacity].", id="resp_1")
+    body["output"][0]["content"].append({"type": "refusal", "refusal": "No."})
+    evs = _events(body)
+    _before_done(evs, event)
+    with pytest.raises(ProtocolError):
+        _parse_stream(_wire(evs))
+
+
+def _rerendered(evs: list[dict[str, Any]]) -> bytes:
+    answer = _parse_stream(_wire(evs))
+    policy = Policy(name="t", routes=[ROUTE])
+    assert ADAPTER.needs_rewrite(answer, policy)
+    body = ADAPTER.render(answer, [], Outcome(Decision.RELEASED), None, policy)  # type: ignore[arg-type]
+    return b"".join(encode(e) for e in ADAPTER.to_stream(body, True))
+
+
+def test_a_summary_the_finished_item_drops_forces_a_rerender_without_it() -> None:
+    body = w.response_body([w.reasoning_item("PLANTED summary", id="rs_1"),
+                            w.message_item("The K7 stores 13.5 kWh [k7:capacity].", id="m_1")],
+                           id="resp_1")
+    evs = _events(body)
+    for e in evs:
+        if e["type"] == "response.output_item.done" and e["item"]["type"] == "reasoning":
+            e["item"]["summary"] = []
+        if e["type"] == "response.completed":
+            e["response"]["output"][0]["summary"] = []
+    assert b"PLANTED" not in _rerendered(evs)
+
+
+def test_an_announcement_the_finished_item_does_not_repeat_forces_a_rerender() -> None:
+    fs = w.file_search_item(None, queries=["pump speed"], id="fs_1")
+    body = w.response_body([fs, w.message_item("The K7 stores 13.5 kWh [k7:capacity].",
+                                               id="m_1")], id="resp_1")
+    evs = _events(body)
+    added = next(e for e in evs if e["type"] == "response.output_item.added")
+    added["item"]["queries"] = ["PLANTED query"]
+    part = next(e for e in evs if e["type"] == "response.content_part.added")
+    part["part"]["logprobs"] = [{"token": "PLANTED", "logprob": -1.0, "bytes": [],
+                                 "top_logprobs": []}]
+    assert b"PLANTED" not in _rerendered(evs)
+
+
+def test_a_differing_reasoning_text_raises_and_a_repeated_one_is_relayed() -> None:
+    item = {"id": "rs_1", "type": "reasoning", "summary": [],
+            "content": [{"type": "reasoning_text", "text": "Think."}]}
+    body = w.response_body([item, w.message_item("The K7 stores 13.5 kWh [k7:capacity].",
+                                                 id="m_1")], id="resp_1")
+    evs = _events(body)
+    delta = {"type": "response.reasoning_text.delta", "item_id": "rs_1", "output_index": 0,
+             "content_index": 0, "delta": "Think."}
+    added = next(e for e in evs if e["type"] == "response.output_item.added")
+    added["item"].pop("content", None)
+    _before_done(evs, delta)
+    answer = _parse_stream(_wire(evs))
+    assert not any(p[0] == "stream" for p in answer.unknown_fields)
+    delta["delta"] = "PLANTED"
+    with pytest.raises(ProtocolError):
+        _parse_stream(_wire(evs))
+
+
+# -- encrypted state, logprob entries, file_search results -------------------------------------
+
+REAL_ENCRYPTED = "gAAAAABo" + "Zk9xQ2-_" * 60 + "Ab/+Yz=="
+
+
+@pytest.mark.parametrize(("value", "kept"), [
+    (REAL_ENCRYPTED, True), (None, True), ("state with spaces", False), (["x"], False),
+])
+def test_encrypted_content_is_kept_only_as_an_opaque_blob(value: object, kept: bool) -> None:
+    item = {"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": value}
+    body = w.response_body([item, w.message_item("The K7 stores 13.5 kWh [k7:capacity].",
+                                                 id="m_1")], id="resp_1")
+    answer = ADAPTER.parse(body, ROUTE)
+    assert (("output", 0, "encrypted_content") not in answer.unknown_fields) is kept
+    rewrite, out = _released(body, Policy(name="t", routes=[ROUTE]))
+    assert rewrite is not kept
+    assert ("encrypted_content" in out["output"][0]) is kept
+
+
+def test_logprob_entries_are_cut_to_their_known_keys() -> None:
+    text = "The K7 stores 13.5 kWh."
+    tokens = ["The", " K7", " stores", " 13.5", " kWh", "."]
+    body = w.response_text(text)
+    body["output"][0]["content"][0]["logprobs"] = [
+        {"token": t, "bytes": list(t.encode()), "logprob": -0.1, "top_logprobs": [],
+         "x_note": "PLANTED"} for t in tokens
+    ]
+    rewrite, out = _released(body, Policy(name="t", routes=[ROUTE]))
+    assert rewrite
+    assert out["output"][0]["content"][0]["logprobs"] == [
+        {"token": t, "logprob": -0.1, "bytes": list(t.encode()), "top_logprobs": []}
+        for t in tokens
+    ]
+    body["output"][0]["content"][0]["logprobs"][0]["logprob"] = "PLANTED"
+    rewrite, out = _released(body, Policy(name="t", routes=[ROUTE]))
+    assert rewrite and out["output"][0]["content"][0]["logprobs"] == []
+
+
+def test_file_search_results_the_client_asked_for_are_shape_checked() -> None:
+    good: dict[str, Any] = {
+        "file_id": "k7", "filename": "k7.txt", "score": 0.5, "text": "The K7 stores 13.5 kWh.",
+        "attributes": {"team": "k7", "rev": 3, "public": False},
+    }
+    results = [
+        {**good, "x_note": "PLANTED", "attributes": {**good["attributes"], "note": "PLANTED x"}},
+        "PLANTED",
+        {"filename": "k7.txt", "text": "PLANTED without a file id"},
+        {**good, "filename": "PLANTED file name"},
+    ]
+    fs = {**w.file_search_item(None, id="fs_1"), "results": results}
+    body = w.response_body([fs, w.message_item("The K7 stores 13.5 kWh [k7:capacity].",
+                                               id="m_1")], id="resp_1")
+    rctx.set_client_wants_results(True)
+    try:
+        rewrite, out = _released(body, Policy(name="t", routes=[ROUTE]))
+        clean, kept = _released(
+            {**body, "output": [{**fs, "results": [good]}, body["output"][1]]},
+            Policy(name="t", routes=[ROUTE]),
+        )
+    finally:
+        rctx.set_client_wants_results(False)
+    assert rewrite and "PLANTED" not in json.dumps(out)
+    assert out["output"][0]["results"] == [good, {k: v for k, v in good.items()
+                                                  if k != "filename"}]
+    assert not clean and kept["output"][0]["results"] == [good]

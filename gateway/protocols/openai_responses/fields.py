@@ -8,12 +8,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
+from gateway.protocols.fields import is_opaque
+
 __all__ = [
     "ANNOTATION_KEYS",
     "ECHOES",
     "ITEM_KEYS",
     "PART_KEYS",
+    "RESULT_KEYS",
+    "RESULT_SHAPES",
     "TOP_KEYS",
+    "attribute_ok",
     "shape_ok",
 ]
 
@@ -180,7 +185,9 @@ ITEM_SHAPES: dict[str, Callable[[object], bool]] = {
     "status": lambda v: v is None or _token(v),
     "role": lambda v: v == "assistant",
     "phase": _opt_token,
-    "encrypted_content": lambda v: v is None or isinstance(v, str),
+    # The reasoning state a client hands back on its next turn: base64 (either alphabet,
+    # `=` padded), never prose.
+    "encrypted_content": lambda v: v is None or is_opaque(v),
 }
 
 PART_KEYS: dict[str, frozenset[str]] = {
@@ -204,6 +211,25 @@ ANNOTATION_SHAPES: dict[str, Callable[[object], bool]] = {
     "index": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
     "start_index": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
     "end_index": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+}
+
+
+def attribute_ok(key: str, value: object) -> bool:
+    """One of a result's `attributes`: the vector store file's own scalars (numbers,
+    booleans, token-like strings). A sentence there is text nobody verifies."""
+    return _token(key) and (isinstance(value, bool) or _number(value) or _token(value))
+
+
+# A `file_search_call` result. Its `text` is context (it verifies the answer's citations),
+# which the client asked for: kept as it is; every other key has a shape, and each attribute
+# (`attribute_ok`).
+RESULT_KEYS = frozenset({"file_id", "filename", "score", "text", "attributes"})
+RESULT_SHAPES: dict[str, Callable[[object], bool]] = {
+    "file_id": _token,
+    "filename": lambda v: v is None or (isinstance(v, str) and _FILENAME.fullmatch(v) is not None),
+    "score": _opt_number,
+    "text": lambda v: v is None or isinstance(v, str),
+    "attributes": _opt_obj,
 }
 
 

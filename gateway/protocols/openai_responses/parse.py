@@ -22,7 +22,10 @@ from gateway.protocols.openai_responses.fields import (
     ITEM_KEYS,
     ITEM_SHAPES,
     PART_KEYS,
+    RESULT_KEYS,
+    RESULT_SHAPES,
     TOP_KEYS,
+    attribute_ok,
     shape_ok,
 )
 from gateway.types import Answer, Channel, Citation
@@ -157,6 +160,28 @@ def top_unknown(body: Mapping[str, object]) -> list[tuple[str | int, ...]]:
     return out
 
 
+def _result_unknown(
+    results: Sequence[object], where: tuple[str | int, ...]
+) -> list[tuple[str | int, ...]]:
+    """The paths of file_search results that do not go out as they are: a whole entry that is
+    not an object with a `file_id`, else its unknown keys, keys of the wrong shape, and
+    attributes that are not scalars."""
+    out: list[tuple[str | int, ...]] = []
+    for r, result in enumerate(results):
+        rpath = (*where, r)
+        if not isinstance(result, Mapping) or not shape_ok(
+            RESULT_SHAPES, "file_id", result.get("file_id")
+        ):
+            out.append(rpath)
+            continue
+        for key, value in result.items():
+            if key not in RESULT_KEYS or not shape_ok(RESULT_SHAPES, key, value):
+                out.append((*rpath, key))
+            elif key == "attributes" and value:
+                out.extend((*rpath, key, k) for k, x in value.items() if not attribute_ok(k, x))
+    return out
+
+
 def _str(value: object, what: str) -> str:
     if not isinstance(value, str):
         raise ProtocolError(f"openai-responses: {what} is not a string")
@@ -262,6 +287,7 @@ def parse_body(body: Mapping[str, object]) -> Answer:
             results = item.get("results")
             if results is not None and not isinstance(results, list):
                 raise ProtocolError("openai-responses: file_search_call results is not a list")
+            unknown.extend(_result_unknown(results or [], ("output", i, "results")))
         elif itype == "web_search_call":
             action = item.get("action")
             if action is not None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from gateway.policy import Policy
 from gateway.protocols.base import field_allowed, leaks, rebuild_with_map, split_claims
+from gateway.protocols.fields import verified_token_logprobs
 from gateway.protocols.openai_responses.context import client_request, client_wants_results
 from gateway.protocols.openai_responses.fields import (
     ANNOTATION_KEYS,
@@ -61,16 +62,19 @@ def _allowed(path: Sequence[str | int], body: Mapping[str, Any], policy: Policy)
     return field_allowed(path, policy)
 
 
-def _logprobs_ok(part: Mapping[str, Any]) -> bool:
-    lps = part.get("logprobs")
-    if not isinstance(lps, list):
-        return False
-    tokens = [lp.get("token") for lp in lps if isinstance(lp, Mapping)]
-    return (
-        len(tokens) == len(lps)
-        and all(isinstance(t, str) for t in tokens)
-        and "".join(tokens) == part.get("text")  # type: ignore[arg-type]
-    )
+def _verified_logprobs(part: Mapping[str, Any]) -> list[dict[str, object]]:
+    """An output_text part's logprobs under `channels.logprobs: verify`: each entry cut to
+    token, numeric logprob, bytes and empty top_logprobs when the tokens spell the part's text
+    (`verified_token_logprobs`), else none. Bytes that are not the token's own are `[]` (the
+    schema wants a list)."""
+    text = part.get("text")
+    entries = verified_token_logprobs(part.get("logprobs"), text if isinstance(text, str) else None)
+    if entries is None:
+        return []
+    for e in entries:
+        if e["bytes"] is None:
+            e["bytes"] = []
+    return entries
 
 
 def withholds_something(answer: Answer, policy: Policy) -> bool:
@@ -95,9 +99,7 @@ def withholds_something(answer: Answer, policy: Policy) -> bool:
         if item.get("type") == "message" and ch.logprobs != "pass":
             for part in item.get("content") or []:
                 lps = part.get("logprobs") if isinstance(part, Mapping) else None
-                if lps and (ch.logprobs == "withhold" or not _logprobs_ok(part)):
-                    return True
-                if lps and any(isinstance(lp, Mapping) and lp.get("top_logprobs") for lp in lps):
+                if lps and (ch.logprobs == "withhold" or _verified_logprobs(part) != lps):
                     return True
     return False
 
@@ -167,6 +169,8 @@ def released_body(
             item.pop("content", None)
         if itype == "file_search_call" and not want_results and item.get("results") is not None:
             item["results"] = None
+        elif itype == "file_search_call" and isinstance(item.get("results"), list):
+            item["results"] = [r for r in item["results"] if r is not None]
         if itype == "message":
             content = item.get("content")
             if isinstance(content, list):
@@ -191,12 +195,7 @@ def _fix_part(part: object, rule: str) -> None:
     lps = part.get("logprobs")
     if not lps:
         return
-    if rule == "withhold" or not _logprobs_ok(part):
-        part["logprobs"] = []
-        return
-    for lp in lps:
-        if isinstance(lp, dict) and "top_logprobs" in lp:
-            lp["top_logprobs"] = []
+    part["logprobs"] = [] if rule == "withhold" else _verified_logprobs(part)
 
 
 def remap_annotations(

@@ -79,6 +79,25 @@ EVENT_KEYS: dict[str, frozenset[str]] = {
     }.items()
 }
 TERMINAL = frozenset({"response.completed", "response.incomplete"})
+# The output item type each text-bearing event addresses: a text sent to an item of another
+# type is a text no finished item holds (a reasoning delta on a message), so it fails closed.
+_MESSAGE = frozenset({"message"})
+_REASONING = frozenset({"reasoning"})
+_PART_ITEM = {"output_text": "message", "refusal": "message", "reasoning_text": "reasoning"}
+_ITEM_TYPES: dict[str, frozenset[str]] = {
+    **{
+        e: _MESSAGE
+        for e in EVENT_KEYS
+        if e.startswith(("response.output_text.", "response.refusal."))
+    },
+    "response.content_part.added": frozenset({"message", "reasoning"}),
+    "response.content_part.done": frozenset({"message", "reasoning"}),
+    **{e: _REASONING for e in EVENT_KEYS if e.startswith("response.reasoning_")},
+    "response.function_call_arguments.delta": frozenset({"function_call"}),
+    "response.function_call_arguments.done": frozenset({"function_call"}),
+    "response.custom_tool_call_input.delta": frozenset({"custom_tool_call"}),
+    "response.custom_tool_call_input.done": frozenset({"custom_tool_call"}),
+}
 _HEADS = frozenset({"response.created", "response.in_progress", "response.queued"})
 
 
@@ -173,6 +192,16 @@ def _int(data: Mapping[str, Any], key: str) -> int:
     return v
 
 
+# Fields of an item that grow through its events (checked key by key) or change as it ends.
+_GROWN_FIELDS = ("type", "status", "content", "summary", "arguments", "input")
+
+
+def _unrepeated(before: Mapping[str, Any], done: Mapping[str, Any], skip: tuple[str, ...]) -> bool:
+    """Whether an announced item or part said something (a non-empty value) the finished one
+    does not repeat: the announcement went out in no answer."""
+    return any(k not in skip and v and done.get(k) != v for k, v in before.items())
+
+
 class ResponsesStreamParser(StreamParser):
     """Assembles one Responses event stream; text arrives as (channel key, text) deltas."""
 
@@ -182,7 +211,11 @@ class ResponsesStreamParser(StreamParser):
         self._items: dict[int, Json] = {}
         self._done_items: dict[int, Json] = {}
         self._grown: dict[tuple[Any, ...], list[str]] = {}
+        # The keys of `_grown` per output item, checked against its output_item.done.
+        self._item_keys: dict[int, list[tuple[Any, ...]]] = {}
+        self._added: dict[int, Mapping[str, Any]] = {}  # each item as output_item.added said
         self._ordinal: dict[tuple[int, int], int] = {}
+        self._text_at: dict[int, tuple[int, int]] = {}  # the inverse of `_ordinal`
         self._unknown: list[tuple[str | int, ...]] = []
         self._ctx: ContextSet | None = None
         self._trust = DEFAULT_TRUST
@@ -267,6 +300,9 @@ class ResponsesStreamParser(StreamParser):
             return self._item_done(i, item, data.get("item"))
         if "item_id" in data and data["item_id"] != item.get("id"):
             raise ProtocolError("openai-responses: item_id does not match the output item")
+        types = _ITEM_TYPES.get(etype)
+        if types is not None and item.get("type") not in types:
+            raise ProtocolError(f"openai-responses: {etype} for a {item.get('type')} item")
         return self._content(etype, i, item, data)
 
     def _item_added(self, i: int, item: object) -> list[TextDelta]:
@@ -274,6 +310,7 @@ class ResponsesStreamParser(StreamParser):
             raise ProtocolError("openai-responses: output_item.added without an item")
         if i in self._items:
             raise ProtocolError("openai-responses: output index added twice")
+        self._added[i] = item
         item = copy.deepcopy(item)
         self._items[i] = item
         out: list[TextDelta] = []
@@ -284,18 +321,22 @@ class ResponsesStreamParser(StreamParser):
             for j, part in enumerate(parts):
                 out += self._part_added(i, item, j, part)
         elif itype == "function_call":
-            out += self._grow(("output", i, "arguments"), str(item.get("arguments") or ""))
+            out += self._grow(i, ("output", i, "arguments"), str(item.get("arguments") or ""))
         elif itype == "custom_tool_call":
-            out += self._grow(("output", i, "input"), str(item.get("input") or ""))
+            out += self._grow(i, ("output", i, "input"), str(item.get("input") or ""))
         elif itype == "reasoning":
-            for k, part in enumerate(item.get("summary") or []):
-                text = part.get("text", "") if isinstance(part, dict) else ""
-                out += self._grow(("output", i, "summary", k, "text"), str(text))
+            for field in ("summary", "content"):
+                for k, part in enumerate(item.get(field) or []):
+                    text = part.get("text", "") if isinstance(part, dict) else ""
+                    out += self._grow(i, ("output", i, field, k, "text"), str(text))
         return out
 
     def _key(self, i: int, j: int, field: str) -> tuple[Any, ...]:
         if field == "text":
-            return (TEXT, self._ordinal[(i, j)])
+            n = self._ordinal.get((i, j))
+            if n is None:
+                raise ProtocolError("openai-responses: output_text event for another part")
+            return (TEXT, n)
         return ("output", i, "content", j, field)
 
     def _part_added(self, i: int, item: Json, j: int, part: object) -> list[TextDelta]:
@@ -305,16 +346,26 @@ class ResponsesStreamParser(StreamParser):
         if j != len(content):
             raise ProtocolError("openai-responses: content parts out of order")
         part = copy.deepcopy(part)
+        if _PART_ITEM.get(part["type"], item.get("type")) != item.get("type"):
+            raise ProtocolError(f"openai-responses: a {part['type']} part in another item")
         content.append(part)
         if part["type"] == "output_text":
-            self._ordinal[(i, j)] = len(self._ordinal)
-            return self._grow(self._key(i, j, "text"), str(part.get("text") or ""))
+            n = self._ordinal[(i, j)] = len(self._ordinal)
+            self._text_at[n] = (i, j)
+            return self._grow(i, self._key(i, j, "text"), str(part.get("text") or ""))
         if part["type"] == "refusal":
-            return self._grow(self._key(i, j, "refusal"), str(part.get("refusal") or ""))
+            return self._grow(i, self._key(i, j, "refusal"), str(part.get("refusal") or ""))
+        if part["type"] == "reasoning_text":
+            return self._grow(i, ("output", i, "content", j, "text"), str(part.get("text") or ""))
         return []
 
-    def _grow(self, key: tuple[Any, ...], text: str) -> list[TextDelta]:
-        self._grown.setdefault(key, []).append(text)
+    def _grow(self, i: int, key: tuple[Any, ...], text: str) -> list[TextDelta]:
+        parts = self._grown.get(key)
+        if parts is None:
+            self._grown[key] = [text]
+            self._item_keys.setdefault(i, []).append(key)
+        else:
+            parts.append(text)
         return [(channel_key(key), text)] if text else []
 
     def _text(self, key: tuple[Any, ...]) -> str:
@@ -339,38 +390,45 @@ class ResponsesStreamParser(StreamParser):
             content = item.get("content") or []
             if j >= len(content) and not kind.startswith("reasoning_text."):
                 raise ProtocolError(f"openai-responses: {etype} for a part never added")
+            if kind.startswith("refusal.") and content[j].get("type") != "refusal":
+                raise ProtocolError(f"openai-responses: {etype} for a part that is no refusal")
             if kind == "output_text.delta":
-                return self._grow(self._key(i, j, "text"), self._delta(data))
+                return self._grow(i, self._key(i, j, "text"), self._delta(data))
             if kind == "output_text.done":
                 self._same(self._key(i, j, "text"), data.get("text"))
             elif kind == "output_text.annotation.added":
                 ann = data.get("annotation")
+                self._key(i, j, "text")  # an output_text part's, or the stream is refused
                 anns = content[j].setdefault("annotations", [])
                 if _int(data, "annotation_index") != len(anns):
                     raise ProtocolError("openai-responses: annotations out of order")
                 anns.append(copy.deepcopy(ann))
             elif kind == "refusal.delta":
-                return self._grow(self._key(i, j, "refusal"), self._delta(data))
+                return self._grow(i, self._key(i, j, "refusal"), self._delta(data))
             elif kind == "refusal.done":
                 self._same(self._key(i, j, "refusal"), data.get("refusal"))
             elif kind == "content_part.done":
                 part = data.get("part")
                 if not isinstance(part, dict) or part.get("type") != content[j].get("type"):
                     raise ProtocolError("openai-responses: content_part.done changed the part")
-                field = "text" if part["type"] == "output_text" else "refusal"
-                if field in part:
-                    self._same(self._key(i, j, field), part[field])
+                ptype = part["type"]
+                if ptype == "output_text" and "text" in part:
+                    self._same(self._key(i, j, "text"), part["text"])
+                elif ptype == "refusal" and "refusal" in part:
+                    self._same(self._key(i, j, "refusal"), part["refusal"])
+                elif ptype == "reasoning_text" and "text" in part:
+                    self._same(("output", i, "content", j, "text"), part["text"])
             elif kind == "reasoning_text.delta":
-                return self._grow(("output", i, "content", j, "text"), self._delta(data))
+                return self._grow(i, ("output", i, "content", j, "text"), self._delta(data))
             elif kind == "reasoning_text.done":
                 self._same(("output", i, "content", j, "text"), data.get("text"))
             return []
         if kind == "function_call_arguments.delta":
-            return self._grow(("output", i, "arguments"), self._delta(data))
+            return self._grow(i, ("output", i, "arguments"), self._delta(data))
         if kind == "function_call_arguments.done":
             self._same(("output", i, "arguments"), data.get("arguments"))
         elif kind == "custom_tool_call_input.delta":
-            return self._grow(("output", i, "input"), self._delta(data))
+            return self._grow(i, ("output", i, "input"), self._delta(data))
         elif kind == "custom_tool_call_input.done":
             self._same(("output", i, "input"), data.get("input"))
         elif kind.startswith("reasoning_summary_"):
@@ -379,9 +437,9 @@ class ResponsesStreamParser(StreamParser):
             if kind == "reasoning_summary_part.added":
                 part = data.get("part")
                 text = part.get("text", "") if isinstance(part, dict) else ""
-                return self._grow(key, str(text))
+                return self._grow(i, key, str(text))
             if kind == "reasoning_summary_text.delta":
-                return self._grow(key, self._delta(data))
+                return self._grow(i, key, self._delta(data))
             if kind == "reasoning_summary_text.done":
                 self._same(key, data.get("text"))
             elif kind == "reasoning_summary_part.done":
@@ -408,33 +466,58 @@ class ResponsesStreamParser(StreamParser):
         return []
 
     def _check_item(self, i: int, done: Mapping[str, Any]) -> None:
-        """The finished item's texts equal what the deltas built (when there were deltas)."""
-        itype = done.get("type")
-        if itype == "message":
+        """Every text the item's events built is in the finished item, equal to what the
+        deltas built: one that differs makes the stream ambiguous (ProtocolError); one the
+        finished item does not hold went out in no answer, so the stream is re-rendered from
+        the finished item rather than relayed. So are annotations it does not repeat."""
+        unsaid = False
+        if done.get("type") == "message":
             content = done.get("content")
             if not isinstance(content, list):
                 raise ProtocolError("openai-responses: message without a content list")
-            for j, part in enumerate(content):
-                if not isinstance(part, Mapping):
-                    raise ProtocolError("openai-responses: content part is not an object")
-                if part.get("type") == "output_text" and (i, j) in self._ordinal:
-                    self._same(self._key(i, j, "text"), part.get("text"))
-                elif part.get("type") == "refusal":
-                    key = self._key(i, j, "refusal")
-                    if key in self._grown:
-                        self._same(key, part.get("refusal"))
-            if len(content) != len(self._items[i].get("content") or []):
+            if not all(isinstance(part, Mapping) for part in content):
+                raise ProtocolError("openai-responses: content part is not an object")
+            built = self._items[i].get("content") or []
+            if len(content) != len(built):
                 raise ProtocolError("openai-responses: output_item.done has other parts")
-        for field in ("arguments", "input"):
-            key = ("output", i, field)
-            if key in self._grown:
-                self._same(key, done.get(field))
-        if itype == "reasoning":
-            summary = done.get("summary") or []
-            for k, part in enumerate(summary if isinstance(summary, list) else []):
-                key = ("output", i, "summary", k, "text")
-                if key in self._grown:
-                    self._same(key, part.get("text") if isinstance(part, Mapping) else None)
+            for part, have in zip(content, built, strict=True):
+                unsaid = unsaid or _unrepeated(have, part, ("type", "text", "refusal"))
+        # The item's other fields as announced (queries, results, an id): empty then, or the
+        # finished item's.
+        unsaid = unsaid or _unrepeated(self._added[i], done, _GROWN_FIELDS)
+        if unsaid:
+            self._unknown.append(("stream", "response.output_item.done", i))
+        for key in self._item_keys.get(i, ()):
+            found, value = self._done_text(key, done)
+            if found:
+                self._same(key, value)
+            elif self._text(key):
+                self._unknown.append(("stream", "response.output_item.done", i))
+
+    def _done_text(self, key: tuple[Any, ...], done: Mapping[str, Any]) -> tuple[bool, object]:
+        """(whether the finished item holds the text at `key`, and its value there)."""
+        if key[0] == TEXT:
+            path: tuple[Any, ...] = ("content", self._text_at[key[1]][1], "text")
+            kind: str | None = "output_text"
+        elif key[2] in ("arguments", "input"):
+            path, kind = (key[2],), None
+        elif key[2] == "summary":  # (output, i, summary, k, text)
+            path, kind = key[2:], "summary_text"
+        else:  # (output, i, content, j, refusal | text): a refusal part or reasoning text
+            path, kind = key[2:], "refusal" if key[4] == "refusal" else "reasoning_text"
+        node: object = done
+        for step in path[:-1]:
+            if isinstance(node, Mapping):
+                node = node.get(step)
+            elif isinstance(node, list) and isinstance(step, int) and step < len(node):
+                node = node[step]
+            else:
+                return False, None
+        if not isinstance(node, Mapping) or path[-1] not in node:
+            return False, None
+        if kind is not None and node.get("type") != kind:
+            return False, None
+        return True, node[path[-1]]
 
     # -- the whole answer --------------------------------------------------------------------
 
