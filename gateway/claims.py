@@ -35,10 +35,11 @@ Rules (DESIGN §4):
 * Citation markers after the terminator (``Foo is 3. [a:1]``), up to the next non-space,
   non-citation text, belong to the sentence. A bracket group longer than `MAX_GROUP`
   characters is prose, never a marker.
-* A segment without a letter or digit outside its citation markers (``---``, a lone ``[a:1]``)
-  is not a claim. A claim is exempt when an exempt pattern matches the **whole** claim
-  (`re.fullmatch`) once its citation markers are removed and whitespace trimmed: "I don't
-  know, but the base has 42 reactors." is a claim.
+* A segment without a letter or digit outside its citation markers (``---``) is not a claim,
+  unless it cites: a lone ``[a:1]`` is a claim, so that its citations are checked. A claim
+  is exempt when an exempt pattern matches the **whole** claim (`re.fullmatch`) once its
+  citation markers are removed and whitespace trimmed: "I don't know, but the base has 42
+  reactors." is a claim. (A claim that cites is never exempt: `gateway.verify` checks it.)
 
 Streaming. A text line is walked up to a *cut*: the end of its last space or tab that is not
 inside a bracket group that may still become a marker. Text before a cut is decided whatever
@@ -666,7 +667,8 @@ class ClaimSegmenter:
             else:
                 text = self._buf[start - bb : end - bb]
             cits = tuple(self._cits)
-            if self._words or _has_words(text, start, cits):
+            # A lone marker is no sentence, but what it cites is shown: it is checked too.
+            if self._words or cits or _has_words(text, start, cits):
                 exempt = False
                 if self._exempt:
                     marks = self._marks

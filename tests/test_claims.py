@@ -112,8 +112,15 @@ def test_soft_wrapped_sentence_is_one_claim() -> None:
 
 def test_blank_and_punctuation_only_segments_are_not_claims() -> None:
     assert texts("   \n\n  ") == []
-    assert texts("---\n***\n- \n[a:1]") == []
+    assert texts("---\n***\n- \n") == []
     assert texts("") == []
+
+
+def test_a_lone_marker_is_a_claim_so_that_what_it_cites_is_checked() -> None:
+    assert texts("---\n***\n- \n[a:1]") == ["[a:1]"]
+    assert texts("Foo is 3 [a:1].\n\n[b:2][c:3]") == ["Foo is 3 [a:1].", "[b:2][c:3]"]
+    [lone] = [s for s in segment("Foo is 3 [a:1].\n\n[zz:9]", PARSER) if not s.text[0].isalpha()]
+    assert [c.id for c in lone.citations] == ["zz:9"]
 
 
 def test_markdown_link_is_text() -> None:

@@ -179,6 +179,36 @@ def test_an_exempt_phrase_that_cites_a_real_chunk_is_released(
     assert "I don't know [kb:1]." in spec.answer_text(resp)
 
 
+LONE_MARKERS = {
+    "lone-marker-line": f"{GOOD}\n\n[kb:{MARKER}]",
+    "lone-marker-list-item": f"- {GOOD}\n- [kb:{MARKER}]",
+}
+
+
+@pytest.mark.parametrize("name", list(LONE_MARKERS))
+@pytest.mark.parametrize(("spec", "mode"), _modes(list(REGISTRY)))
+def test_a_lone_citation_marker_is_checked(
+    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream], spec: Any, mode: Mode, name: str
+) -> None:
+    behaviour = spec.good(LONE_MARKERS[name]).behaviour(mode)
+    assert behaviour is not None
+    resp = run_case(gateway, upstream, spec, mode, behaviour)
+    assert resp.status != 500, resp.raw[:800]
+    assert_no_leak(resp)
+
+
+@pytest.mark.parametrize(("spec", "mode"), _modes(["openai-chat", "anthropic-messages"]))
+def test_a_lone_marker_citing_a_real_chunk_is_released(
+    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream], spec: Any, mode: Mode
+) -> None:
+    behaviour = spec.good(f"{GOOD}\n\n[kb:1]").behaviour(mode)
+    assert behaviour is not None
+    resp = run_case(gateway, upstream, spec, mode, behaviour)
+    assert resp.status == 200, resp.raw[:800]
+    assert _decision(resp) in ("released", "progressive"), resp.raw[:800]
+    assert spec.answer_text(resp).endswith("[kb:1]")
+
+
 # --------------------------------------------------------------------------------------------
 # Prose in tool-call arguments
 # --------------------------------------------------------------------------------------------
