@@ -270,7 +270,8 @@ _NUMBERISH = st.lists(
     st.sampled_from(
         [*"0123456789.,-$€ %kWhmsx×*^e()[{\t\n_v²⁴⁻", "1 200", "٣", "°C", "per cent", "bn",
          "1970s", "1970 's", " 10^4", "1.2e4", "10⁴", "×10^3", "é", "[1]", "[^2]", "million",
-         "USD", "Q", "FY", "xEUR"]
+         "USD", "Q", "FY", "xEUR", "k", "K", "M", "MM", "B", "T", "tn", "Mn", ",5", "1,2345",
+         "‒", "‰", "①", "£"]
     ),
     max_size=16,
 ).map("".join)
@@ -475,3 +476,167 @@ def test_unseen_characters_anywhere_lose_no_number(
         marked = marked[:at] + c + marked[at:]
     # Joined, the text reads as before; split, it may read more numbers, never fewer.
     assert set(numbers_in(text)) <= set(numbers_in(marked))
+
+
+# -- scale suffixes, digits after a comma, other minus signs, enclosed numbers, per mille -----
+
+
+def _q(value: str, pct: bool = False, unit: str = "") -> tuple[Decimal, bool, str]:
+    return (Decimal(value).normalize(), pct, unit)
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        # A scale suffix against digits is the scaled value, as "40 thousand" is.
+        ("40k", [_q("40e3")]),
+        ("40K", [_q("40e3")]),
+        ("40M", [_q("40e6")]),
+        ("40MM", [_q("40e6")]),
+        ("40mn", [_q("40e6")]),
+        ("40Mn", [_q("40e6")]),
+        ("40 Million", [_q("40e6")]),
+        ("40bn", [_q("40e9")]),
+        ("40BN", [_q("40e9")]),
+        ("3tn", [_q("3e12")]),
+        # After a currency symbol m, b and t are scales too, written against or one space on.
+        ("$40M", [_q("40e6")]),
+        ("$40m", [_q("40e6")]),
+        ("£40 m", [_q("40e6")]),
+        ("$40mm", [_q("40e6")]),
+        ("$40B", [_q("40e9")]),
+        ("€40b", [_q("40e9")]),
+        ("$1.2bn", [_q("1.2e9")]),
+        ("$3T", [_q("3e12")]),
+        ("$3 tn", [_q("3e12")]),
+        ("$40k", [_q("40e3")]),
+        # Without one they may be units (metres, bytes, tonnes): both readings, so such a
+        # claim needs both and never passes on the plain number alone.
+        ("40m", [_q("40", unit="m"), _q("40e6")]),
+        ("40B", [_q("40", unit="b"), _q("40e9")]),
+        ("40b", [_q("40", unit="b"), _q("40e9")]),
+        ("40T", [_q("40"), _q("40e12")]),
+        ("40t", [_q("40"), _q("40e12")]),
+        # Apart, k and the capitals K, M, T are read both ways; B is bytes ("44 B.C.").
+        ("40 K", [_q("40"), _q("40e3")]),
+        ("40 M", [_q("40", unit="m"), _q("40e6")]),
+        ("40 T", [_q("40"), _q("40e12")]),
+        ("44 B.C.", [_q("44", unit="b")]),
+        ("$40 B", [_q("40e9")]),
+        ("forty k", [_q("40"), _q("40e3")]),
+        # Real units, and units written apart, read as before.
+        ("40 kg", [_q("40", unit="kg")]),
+        ("40 km", [_q("40", unit="km")]),
+        ("40kW", [_q("40", unit="kw")]),
+        ("40 m", [_q("40", unit="m")]),
+        ("40 MB", [_q("40", unit="mb")]),
+        ("40GB", [_q("40", unit="gb")]),
+        ("40mm", [_q("40", unit="mm")]),
+        ("40 kWh and 40 ms", [_q("40", unit="kwh"), _q("40", unit="ms")]),
+    ],
+)
+def test_scale_suffixes(text: str, want: list[object]) -> None:
+    assert numbers_in(text) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "chunk"),
+    [
+        ("It has 40k staff", "It has 40 staff."),
+        ("It has 40K staff", "It has 40 staff."),
+        ("It has 40M staff", "It has 40 staff."),
+        ("It has 40m staff", "It has 40 staff."),
+        ("It has 40MM staff", "It has 40 staff."),
+        ("It has 3tn staff", "It has 3 staff."),
+        ("It cost $40M", "It cost $40."),
+        ("It cost $40B", "It cost $40."),
+        ("It cost $40 m", "It cost $40."),
+        ("It cost €1.2bn", "It cost 1.2 euros."),
+        ("It has 40 Million staff", "It has 40 staff."),
+        ("It cost $40M", "It cost 40 m."),  # money has no metres
+    ],
+)
+def test_scale_suffix_does_not_pass_against_the_plain_number(text: str, chunk: str) -> None:
+    assert _check(text, chunk).reason == "number_mismatch"
+
+
+@pytest.mark.parametrize(
+    ("text", "chunk"),
+    [
+        ("It has 40k staff", "It has 40,000 staff."),
+        ("It has 40K staff", "It has 40 thousand staff."),
+        ("It cost $40M", "It cost $40 million."),
+        ("It cost $40 million", "It cost $40m."),
+        ("It cost $1.2bn", "It cost 1.2 billion dollars."),
+        ("The tower is 40m tall", "The tower is 40m tall."),
+        ("The tower is 40 metres tall", "The tower is 40m tall."),
+        ("The tower is 40 m tall", "The tower is 40 metres tall."),
+        ("It weighs 40 kg and draws 40 kW", "It weighs 40 kg and draws 40 kW."),
+        ("It stores 40 MB", "It stores 40 MB."),
+    ],
+)
+def test_scale_suffix_matches_its_value(text: str, chunk: str) -> None:
+    assert _check(text, chunk).status is Status.PASS
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("1,200", [_q("1200")]),
+        ("1,200,000", [_q("1200000")]),
+        ("$3,200,000.50", [_q("3200000.5")]),
+        # Digits after a comma that are not a thousands group are a number of their own.
+        ("2021,2023", [_q("2021"), _q("2023")]),
+        ("1,2345", [_q("1"), _q("2345")]),
+        ("homes,42", [_q("42")]),
+        ("1,5,7", [_q("1"), _q("5"), _q("7")]),
+        # One comma and one or two digits may be a decimal comma: that value is read too.
+        ("9,99", [_q("9"), _q("99"), _q("9.99")]),
+        ("€9,5%", [_q("9"), _q("5", pct=True), _q("9.5", pct=True)]),
+        ("-2,5", [_q("-2"), _q("5"), _q("-2.5")]),
+    ],
+)
+def test_digits_after_a_comma(text: str, want: list[object]) -> None:
+    assert numbers_in(text) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "chunk", "passes"),
+    [
+        ("It opened in 2021,2023", "It opened in 2021.", False),
+        ("It opened in 2021,2023", "It opened in 2021 and 2023.", True),
+        ("Tickets cost 9,99 euros", "Tickets cost 9 euros.", False),
+        ("Tickets cost 9,99 euros", "Tickets cost 9,99 euros.", True),
+        ("Tickets cost 9.99 euros", "Tickets cost 9,99 euros.", True),
+        ("It served 1,200 homes", "It served 1200 homes.", True),
+    ],
+)
+def test_digits_after_a_comma_are_checked(text: str, chunk: str, passes: bool) -> None:
+    got = _check(text, chunk)
+    assert (got.status is Status.PASS) is passes, got
+
+
+@pytest.mark.parametrize("minus", ["\u2012", "\ufe63", "\u2796", "\u2212", "\u02d7", "\uff0d"])
+def test_other_minus_signs_read_as_minus(minus: str) -> None:
+    assert numbers_in(f"It has {minus}40 staff.") == [_q("-40")]
+    assert numbers_in(f"In 2019{minus}2021") == [_q("2019"), _q("2021")]  # a range
+    assert _check(f"It has {minus}40 staff", "It has 40 staff.").reason == "number_mismatch"
+
+
+def test_enclosed_numbers_are_read() -> None:
+    assert numbers_in("①, ⑳, ㊾, ⓵, ⒈, ⑴, ⓿, ❿, ➓, ㉑, 🄂") == [
+        _q(v) for v in ("1", "20", "49", "1", "1", "1", "0", "10", "10", "21", "1")
+    ]
+    assert _check("The plant has \u32be staff", "The plant has 40 staff.").reason == (
+        "number_mismatch"
+    )
+    assert _check("The plant has ㊵ staff", "The plant has 40 staff.").status is Status.PASS
+    assert numbers_in("[①]") == [_q("1")]  # not a bare citation
+
+
+def test_per_mille_is_its_percent_value() -> None:
+    assert numbers_in("4‰ and 4‱") == [_q("0.4", pct=True), _q("0.04", pct=True)]
+    assert _check("It lost 4‰", "It lost 4 units.").reason == "number_mismatch"
+    assert _check("It lost 4‰", "It lost 4%.").reason == "number_mismatch"
+    assert _check("It lost 4‰", "It lost 0.4%.").status is Status.PASS
+    assert _check("It lost 4‰", "It lost 4‰.").status is Status.PASS

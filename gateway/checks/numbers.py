@@ -2,18 +2,25 @@
 
 Numbers are read by value, the same way on both sides (claim and chunk, DESIGN §4):
 
-* digits, with an optional sign (only at a word start, so "2019-2021" is two positive years),
-  currency symbol, thousands separators ("1,200", "1 200" with a thin or narrow no-break
-  space), decimals (".5"), leading zeros ("007" == 7);
+* digits, with an optional sign (only at a word start, so "2019-2021" is two positive years;
+  a figure dash, small, heavy or modifier minus is a "-"), currency symbol, thousands
+  separators ("1,200", "1 200" with a thin or narrow no-break space), decimals (".5"), leading
+  zeros ("007" == 7); digits after a comma that are not a thousands group are a number of their
+  own ("2021,2023"), and one or two of them after a plain number its decimals too ("9,99" is
+  9, 99 and 9.99: a decimal comma, so "9.99" is supported by "9,99", while "9,99" still needs
+  9 and 99, which a list "9,99" has);
 * scientific notation: "1.2e4", "10e3" (== 10,000), "1.2×10^4", "1.2x10^4", "1.2 * 10**4",
   "1.2×10⁴", "10⁴", "10^-3"; a superscript after any other base is a footnote, not a power;
 * number words: "twelve", "forty-two", "one hundred and five", "two thousand", "a dozen"
   (12), "three dozen" (36), "a million"; a bare "one" is a pronoun as often as a number
   ("one of them") and is read only inside a longer number ("twenty-one", "one million");
   ordinals ("third") are not numbers;
-* a scale word ("3.2 million" == 3200000, "3 hundred", "5 dozen"), percent ("80%", "80 percent",
-  "eighty per cent") and unit ("62.5 kWh"). Values compare exactly as decimals (sign included);
-  percent-ness must agree; a known unit on both sides must agree (a number without a unit
+* a scale word in any case ("3.2 million" == 3200000, "40 Million", "3 hundred", "5 dozen",
+  "3tn"), a scale letter ("40k", "40M", "40MM", "$40m", "$40 B", "$3T"; after no currency
+  symbol "40m", "40b", "40B", "40t", "40T", "40 K", "40 M" may be units and read both ways, so
+  they never pass on the plain number), percent ("80%", "80 percent", "eighty per cent";
+  "4‰" is 0.4%, "4‱" 0.04%) and unit ("62.5 kWh"). Values compare exactly as decimals (sign
+  included); percent-ness must agree; a known unit on both sides must agree (a number without a unit
   matches any unit). A decade ("1970s", "1970's", "1970 's") is the year, without a unit.
   Years and dates are numbers too.
 
@@ -24,7 +31,8 @@ before (U+200B, a soft hyphen, a combining mark, a control) splits neither a num
 number word, and the text split at it is read too (a renderer may show it or break the line
 there); fullwidth forms and the Arabic percent and decimal signs read as ASCII ("４０％",
 "١٢٫٥"); superscript digits at a word's start are digits ("⁴²"), a vulgar fraction ("¾") is
-its two numbers, and digits under a bidi override must match both as written and as shown.
+its two numbers, an enclosed number ("①", "⑳", "㊾", "⓵", "⒈", "⑴") its value, and digits
+under a bidi override must match both as written and as shown.
 
 A bare citation number in brackets ("according to [1]", "[2, 3]", "[^4]") is not a number, in
 any citation format; neither are numbers inside the claim's own citation markers (blanked by
@@ -51,6 +59,7 @@ _SCALES = {
     "billion": Decimal(10) ** 9,
     "bn": Decimal(10) ** 9,
     "trillion": Decimal(10) ** 12,
+    "tn": Decimal(10) ** 12,
     "dozen": Decimal(12),
 }
 _UNITS_WORDS = """
@@ -64,12 +73,16 @@ _UNITS = frozenset(_UNITS_WORDS.split())
 
 _SUPERSCRIPTS = "⁰¹²³⁴⁵⁶⁷⁸⁹"
 _SUPER = str.maketrans(_SUPERSCRIPTS + "⁻⁺", "0123456789-+")
-_SCALE_WORDS = r"hundred|thousand|million|billion|trillion|mn|bn|dozen"
-# What may follow a number (digits or words): a scale word, then percent or a unit (an "s"
-# after a year is a decade, see `_digits`; "1970's" has none).
+# In any case: "40 Million" is 40 million, "40BN" 40 billion (the lookahead spares the
+# usual word after a number the slower case-insensitive try).
+_SCALE_WORDS = r"(?=[hHtTmMbBdD])(?i:hundred|thousand|million|billion|trillion|mn|bn|tn|dozen)"
+# What may follow a number (digits or words): a scale word, then percent (per mille and per
+# ten thousand too, see `_finish`) or a unit, with the space before it (a letter against the
+# digits may be a scale, see `_MONEY_SCALES`; an "s" after a year is a decade, see `_digits`;
+# "1970's" has none).
 _TAIL = (
     rf"(?:\s?+(?P<scale>{_SCALE_WORDS})\b)?"
-    r"(?:\s?+(?:(?P<pct>%|percent\b|per\s?cent\b)|(?P<unit>°[CF]|[A-Za-z]{1,3}\b)))?"
+    r"(?:\s?+(?P<pct>%|‰|‱|percent\b|per\s?cent\b)|(?P<unit>\s?+(?:°[CF]|[A-Za-z]{1,3}\b)))?"
 )
 # A number from its first digit on (a search skips to a digit in C); what may stand before it
 # (a sign, a currency symbol, a space, a "." of ".5") is read by `_number_at`.
@@ -107,6 +120,29 @@ _FAST_ASCII = re.compile(_FAST.pattern.replace(r"\d", "[0-9]"), re.DOTALL)
 _SIGNS_NEAR = re.compile(r"[-−–]")
 _CURRENCY = "$€£¥"
 _SIGNS = "-−–"
+_THOUSAND, _MILLION, _BILLION, _TRILLION = (Decimal(10) ** k for k in (3, 6, 9, 12))
+# A letter after a number that may be a scale ("40k", "$40M", "$1.2b"): for each way it is
+# written, its scale and whether it is only that (`_finish`). After a currency symbol each is
+# a scale alone (money has no metres or bytes). Against digits without one, k/K and M/MM are
+# scales; m, b/B and t/T are scales or units (metres, bytes, tonnes): read both ways, so such a
+# claim needs both numbers in its source and never passes on the plain number alone. Written
+# apart ("40 K"), k and the capitals K, M and T are read both ways too; "40 m", "40 b", "40 t"
+# and "40 B" (bytes, and "44 B.C.") are units.
+_MONEY_SCALES = {
+    "k": _THOUSAND, "K": _THOUSAND, "m": _MILLION, "M": _MILLION, "mm": _MILLION,
+    "MM": _MILLION, "b": _BILLION, "B": _BILLION, "t": _TRILLION, "T": _TRILLION,
+}
+_GLUED_SCALES = {
+    "k": (_THOUSAND, True), "K": (_THOUSAND, True), "M": (_MILLION, True),
+    "MM": (_MILLION, True), "m": (_MILLION, False), "b": (_BILLION, False),
+    "B": (_BILLION, False), "t": (_TRILLION, False), "T": (_TRILLION, False),
+}
+_APART_SCALES = {
+    "k": (_THOUSAND, False), "K": (_THOUSAND, False), "M": (_MILLION, False),
+    "MM": (_MILLION, False), "T": (_TRILLION, False),
+}
+# Per mille and per ten thousand as the percent they are (4‰ is 0.4%): never a plain 4 or 4%.
+_PER_MILLE = {"‰": Decimal("0.1"), "‱": Decimal("0.01")}
 
 _SMALL = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
@@ -168,15 +204,18 @@ _ODD = re.compile(r"[^\w\s\x20-\x7e]+|[\u115f\u1160\u3164\uffa0]+")
 _UNSEEN_CATEGORIES = frozenset({"Cf", "Mn", "Me", "Cc"})
 _FILLERS = frozenset("\u115f\u1160\u3164\uffa0")
 # Characters read as the ASCII they stand for: the hyphens a number word may be written with
-# ("forty\u2011two"), fullwidth forms of ASCII ("４２％", "３．５") and the Arabic percent,
-# decimal and thousands signs ("٪", "٫", "٬").
+# ("forty\u2011two"), the dashes written as a minus sign (a figure dash, the small and heavy
+# minus, the modifier minus: "\u201240" is -40, as "-40" and "\u221240" are), fullwidth forms of
+# ASCII ("４２％", "３．５") and the Arabic percent, decimal and thousands signs ("٪", "٫", "٬").
+_MINUSES = "\u2012\ufe63\u2796\u02d7"
 _AS_ASCII = str.maketrans(
     {
         **{chr(0xFF01 + i): chr(0x21 + i) for i in range(94)},
         **{"\u2010": "-", "\u2011": "-", "٪": "%", "﹪": "%", "٫": ".", "٬": ","},
+        **dict.fromkeys(_MINUSES, "-"),
     }
 )
-_AS_ASCII_CHARS = re.compile("[\u2010\u2011\uff01-\uff5e٪﹪٫٬]")
+_AS_ASCII_CHARS = re.compile(f"[\u2010\u2011\uff01-\uff5e٪﹪٫٬{_MINUSES}]")
 # A bidi override shows the characters after it in reverse ("\u202e24" shows as "42"), up to
 # its pop (U+202C) or the paragraph's end.
 _OVERRIDDEN = re.compile("[\u202d\u202e][^\u202c\n\r\u2029]*")
@@ -187,6 +226,17 @@ _LONE_SUPERSCRIPT = re.compile(rf"(?<![^\s(])[⁻⁺]?[{_SUPERSCRIPTS}]+")
 # Vulgar fractions as their numerator and denominator ("¾" reads as 3 and 4, on both sides).
 _FRACTIONS = "¼½¾⅐⅑⅒⅓⅔⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞↉"
 _FRACTION = re.compile(f"[{_FRACTIONS}]")
+# Enclosed numbers, read as their value ("①" 1, "⑳" 20, "㊾" 49, "⓵" 1, "⒈" 1, "⑴" 1, "❿" 10):
+# circled, parenthesized, with a full stop, double and negative circled, dingbat circled and
+# the digit-with-comma forms. Not the enclosed letters (U+249C-U+24E9).
+_ENCLOSED = re.compile(
+    "[\u2460-\u249b\u24ea-\u24ff\u2776-\u2793\u3251-\u325f\u32b1-\u32bf"
+    "\U0001f100-\U0001f10c]"
+)
+
+
+def _enclosed(m: re.Match[str]) -> str:
+    return f" {int(unicodedata.numeric(m.group()))} "  # apart: "[①]" is no citation
 
 
 def _unseen(c: str) -> bool:
@@ -205,9 +255,10 @@ def _as_read(text: str) -> str:
     """`text` as a reader may see its numbers. Characters that render as nothing or join the
     one before split neither a number nor a number word (a zero-width space inside "42", a
     soft hyphen inside "forty"); since a renderer may also show them or break the line there,
-    the text split at them is appended too. Unicode hyphens read as "-", fullwidth forms and
-    the Arabic percent and decimal signs as their ASCII ("４０％" is 40%), superscript digits
-    at a word's start as digits, a vulgar fraction as its two numbers. Under a bidi override
+    the text split at them is appended too. Unicode hyphens and the dashes written as a minus
+    read as "-", fullwidth forms and the Arabic percent and decimal signs as their ASCII
+    ("４０％" is 40%), superscript digits at a word's start as digits, a vulgar fraction as its
+    two numbers, an enclosed number ("①", "㊾") as its value. Under a bidi override
     the digits show in reverse: the overridden spans are appended with their digit runs
     reversed. Every number of every reading must then be in a source."""
     if text.isascii():  # only controls other than whitespace are unseen: read both ways
@@ -230,6 +281,8 @@ def _as_read(text: str) -> str:
         text = _LONE_SUPERSCRIPT.sub(lambda m: m.group().translate(_SUPER), text)
     if _FRACTION.search(text) is not None:
         text = _FRACTION.sub(lambda m: " " + unicodedata.normalize("NFKC", m.group()) + " ", text)
+    if _ENCLOSED.search(text) is not None:
+        text = _ENCLOSED.sub(_enclosed, text)
     for span in overridden:
         text += "\n" + _DIGIT_RUN.sub(lambda m: m.group()[::-1], _as_read(span[1:]))
     return text
@@ -260,8 +313,8 @@ _EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 # The value of a match from its groups, memoised (the same few numbers recur). Bounded: a
 # full memo starts again, and a number of more than `_MEMO_DIGITS` characters is not kept.
-_MEMO: dict[str, Quantity] = {}
-_FAST_MEMO: dict[tuple[str, ...], Quantity] = {}
+_MEMO: dict[str, tuple[Quantity, ...]] = {}
+_FAST_MEMO: dict[tuple[str, ...], tuple[Quantity, ...]] = {}
 _MAX_MEMO = 4096
 _MEMO_DIGITS = 40
 
@@ -344,11 +397,12 @@ def _word_runs(lower: str, folded: bytes, tokens: list[bytes]) -> list[re.Match[
 
 
 def _digit_numbers(text: str, ascii_text: bool, first: int = 0) -> list[Quantity]:
-    """The numbers written with digits, in order. Only a sign or a "." before a digit run
-    changes its value (a currency symbol or a space does not): in text without a sign, where
-    no "." stands before a run, the character before each run decides it (one `findall`,
-    from `first`, at or before the first digit: every match starts at a digit, and the
-    pattern's lookbehind still reads the character before it)."""
+    """The numbers written with digits, in order. Only a sign, a "." or a "," before a digit
+    run changes what it reads as (a currency symbol only what a letter after it means, a space
+    nothing): in text without a sign, where no "." or "," stands before a run, the character
+    before each run decides it (one `findall`, from `first`, at or before the first digit:
+    every match starts at a digit, and the pattern's lookbehind still reads the character
+    before it)."""
     if "-" in text or "−" in text or "–" in text:
         return _scan(text)
     out: list[Quantity] = []
@@ -359,24 +413,31 @@ def _digit_numbers(text: str, ascii_text: bool, first: int = 0) -> list[Quantity
             return _scan(text)  # a power may follow (read, even inside a word, by `_scan`)
         pre = g[1]
         if pre and pre != " ":
-            if pre.isalnum() or pre == "_" or pre == ",":
+            if pre.isalnum() or pre == "_":
                 glued = glued or pre.isalpha()
                 continue  # inside a word or a number ("A4")
-            if pre == ".":
+            if pre == "." or pre == ",":
                 return _scan(text)
-        q = memo.get(g)
-        if q is None:
+        qs = memo.get(g)
+        if qs is None:
             num, _, _, scale, pct, unit = g
-            q = _digits((num, None, None, None, None, None, scale or None, pct or None,
-                         unit or None))
+            qs = _digits(
+                (num, None, None, None, None, None, scale or None, pct or None, unit or None),
+                _money(pre) if unit else False,
+            )
             if len(g[0]) <= _MEMO_DIGITS:
                 if len(memo) >= _MAX_MEMO:
                     memo.clear()
-                memo[g] = q
-        out.append(q)
+                memo[g] = qs
+        out.extend(qs)
     if glued and (apart := _prefixes_apart(text)) is not None:
         return _digit_numbers(apart, ascii_text)
     return out
+
+
+def _money(c: str) -> bool:
+    """Whether `c`, just before a number's digits, is a currency symbol."""
+    return unicodedata.category(c) == "Sc" if c > "\x7f" else c == "$"
 
 
 def _prefixes_apart(text: str) -> str | None:
@@ -389,18 +450,26 @@ def _prefixes_apart(text: str) -> str | None:
 
 
 def _scan(text: str) -> list[Quantity]:
-    """`_digit_numbers` for any text: each match's start is read by `_number_at`."""
+    """`_digit_numbers` for any text: each match's start is read by `_number_at`. Digits after
+    a "," that do not continue a number's thousands groups ("2021,2023", "9,99") are a number
+    of their own; one or two of them after a plain number are also read as its decimals (a
+    decimal comma: "9,99" is 9, 99 and 9.99)."""
     out: list[Quantity] = []
     memo = _MEMO
     glued = False
     for m in _NUMBER.finditer(text):
         d = m.start()
         negative = False
+        decimal: tuple[Quantity, ...] = ()
+        money = False
         if d:
             before = text[d - 1]
-            if before.isalnum() or before == "_" or before == ",":
+            if before.isalnum() or before == "_":
                 glued = glued or before.isalpha()
                 continue  # inside a word or a number ("A4", "v2.1.3")
+            if before == ",":
+                decimal = _decimal_comma(text, m)
+            money = _money(before)
             if before == "." or _SIGNS_NEAR.search(text, max(d - 4, 0), d):
                 lead, negative = _number_at(text, d)
                 if lead is None:
@@ -411,19 +480,47 @@ def _scan(text: str) -> list[Quantity]:
                     if "." in num or "," in num:  # ".1.2": the number is ".1"
                         digits = re.match(r"\d+", num)
                         assert digits is not None
-                        out.append(_finish(Decimal("." + digits.group()), None, None, None))
+                        out.extend(_finish(Decimal("." + digits.group()), None, None, None))
                         continue
                     led = _digits((lead + num, *g[1:]))
-                    out.append(_negate(led) if negative else led)
+                    out.extend(_negate(led) if negative else led)
                     continue
-        key = m.group()  # the value depends on the matched text only
-        q = memo.get(key)
-        if q is None:
-            q = _remember(key, _digits(m.groups()))
-        out.append(_negate(q) if negative else q)
+        key = m.group()  # the value depends on the matched text (and a currency before it)
+        if money and m.group("unit"):
+            key = "$" + key
+        qs = memo.get(key)
+        if qs is None:
+            qs = _remember(key, _digits(m.groups(), money))
+        out.extend(_negate(qs) if negative else qs)
+        out.extend(decimal)
     if glued and (apart := _prefixes_apart(text)) is not None:
         return _scan(apart)
     return out
+
+
+def _decimal_comma(text: str, m: re.Match[str]) -> tuple[Quantity, ...]:
+    """The value of the match `m`, just after a ",", read as the decimals of the number before
+    the comma: only one or two digits (three are a thousands group), after a plain number at a
+    word start ("9,99", "-2,5", "€9,5%"; not "1.5,25", "1,200,50" or "A4,5") and before no
+    other ",digit" ("1,5,7" is a list)."""
+    num = m.group("num")
+    if len(num) > 2 or not num.isdecimal() or m.group(2, 3, 4, 5, 6) != (None,) * 5:
+        return ()
+    end = m.end("num")
+    if text[end : end + 1] == "," and text[end + 1 : end + 2].isdecimal():
+        return ()
+    k = m.start() - 1  # the comma
+    while k and text[k - 1].isdecimal():
+        k -= 1
+    if k == m.start() - 1:
+        return ()  # no digits before the comma
+    if k and (text[k - 1].isalnum() or text[k - 1] in "_.,"):
+        return ()
+    _, negative = _number_at(text, k) if k else ("", False)
+    value = Decimal(text[k : m.start() - 1] + "." + num)
+    qs = _finish(value, m.group("scale"), m.group("pct"), m.group("unit"),
+                 bool(k) and _money(text[k - 1]))
+    return _negate(qs) if negative else qs
 
 
 def _number_at(text: str, d: int) -> tuple[str | None, bool]:
@@ -447,29 +544,29 @@ def _number_at(text: str, d: int) -> tuple[str | None, bool]:
     return lead, negative
 
 
-def _negate(q: Quantity) -> Quantity:
-    return (_EXACT.minus(q[0]), q[1], q[2])
+def _negate(qs: tuple[Quantity, ...]) -> tuple[Quantity, ...]:
+    return tuple((_EXACT.minus(q[0]), q[1], q[2]) for q in qs)
 
 
 _WORD_MEMO: dict[tuple[str | None, ...], list[Quantity]] = {}
 
 
-def _remember(key: str, q: Quantity) -> Quantity:
+def _remember(key: str, qs: tuple[Quantity, ...]) -> tuple[Quantity, ...]:
     if len(key) <= _MEMO_DIGITS:
         if len(_MEMO) >= _MAX_MEMO:
             _MEMO.clear()
-        _MEMO[key] = q
-    return q
+        _MEMO[key] = qs
+    return qs
 
 
 def _signed(text: str) -> str:
     return text.replace("−", "-")
 
 
-def _digits(g: tuple[str | Any, ...]) -> Quantity:
-    """The value of a `_NUMBER` match from its groups."""
+def _digits(g: tuple[str | Any, ...], money: bool = False) -> tuple[Quantity, ...]:
+    """The value of a `_NUMBER` match from its groups (`money`: after a currency symbol)."""
     num, exp, pw, sup, caret, sup10, scale, pct, unit = g
-    if unit is not None and len(num) == 4 and unit in ("s", "S") and num.isdigit():
+    if unit is not None and len(num) == 4 and unit.lstrip() in ("s", "S") and num.isdigit():
         unit = None  # "1970s": a decade, not seconds
     assert num is not None
     value = Decimal(num.replace(",", "").replace("\u2009", "").replace("\u202f", ""))
@@ -487,7 +584,7 @@ def _digits(g: tuple[str | Any, ...]) -> Quantity:
             value = Decimal(1)
     elif sup10 is not None and num == "10":  # 10⁴; after any other number, a footnote
         value = Decimal(1).scaleb(int(sup10.translate(_SUPER)), _EXACT)
-    return _finish(value, scale, pct, unit)
+    return _finish(value, scale, pct, unit, money)
 
 
 def _words(g: tuple[str | None, ...]) -> list[Quantity]:
@@ -528,20 +625,39 @@ def _words(g: tuple[str | None, ...]) -> list[Quantity]:
         if sign and k == 0:
             value = _EXACT.minus(value)
         last = k == len(values) - 1
-        out.append(_finish(value, scale if last else None, pct if last else None,
+        out.extend(_finish(value, scale if last else None, pct if last else None,
                            unit if last else None))
     return out
 
 
-def _finish(value: Decimal, scale: str | None, pct: str | None, unit: str | None) -> Quantity:
+def _finish(
+    value: Decimal, scale: str | None, pct: str | None, unit: str | None, money: bool = False
+) -> tuple[Quantity, ...]:
+    """The quantities a number reads as, from its value and what follows it: one, or two when
+    a letter after it may be a scale or a unit (`_GLUED_SCALES`)."""
     if scale:
         value = _EXACT.multiply(value, _SCALES[scale.lower()])
+    if pct is not None and pct in _PER_MILLE:
+        value = _EXACT.multiply(value, _PER_MILLE[pct])
     u = ""
     if unit:
-        u = unit.lower()
+        letters = unit.lstrip()
+        if not scale:
+            if money:
+                by = _MONEY_SCALES.get(letters)
+                if by is not None:
+                    return ((_EXACT.multiply(value, by).normalize(_EXACT), False, ""),)
+            suffix = (_GLUED_SCALES if letters is unit else _APART_SCALES).get(letters)
+            if suffix is not None:
+                scaled = (_EXACT.multiply(value, suffix[0]).normalize(_EXACT), False, "")
+                if suffix[1]:
+                    return (scaled,)
+                u = letters.lower()
+                return ((value.normalize(_EXACT), False, u if u in _UNITS else ""), scaled)
+        u = letters.lower()
         if u not in _UNITS:
             u = ""
-    return (value.normalize(_EXACT), pct is not None, u)
+    return ((value.normalize(_EXACT), pct is not None, u),)
 
 
 def _found(q: Quantity, sources: list[SourceText]) -> bool:
