@@ -554,3 +554,26 @@ def test_file_search_results_the_client_asked_for_are_shape_checked() -> None:
     assert out["output"][0]["results"] == [good, {k: v for k, v in good.items()
                                                   if k != "filename"}]
     assert not clean and kept["output"][0]["results"] == [good]
+
+
+def test_a_stream_error_message_never_carries_the_upstreams_text() -> None:
+    """DESIGN §7: a gateway error names the problem, never echoes upstream content."""
+    sentence = "The pump was designed by PLANTED in 1931."
+    body = w.response_text("The K7 stores 13.5 kWh [k7:capacity].", id="resp_1")
+    evs = _events(body)
+    at = next(k for k, e in enumerate(evs) if e["type"] == "response.output_item.done")
+    evs[at:at] = [
+        {"type": "response.output_item.added", "output_index": 1,
+         "item": {"type": sentence, "id": "x_1"}},
+        {"type": "response.output_text.delta", "output_index": 1, "item_id": "x_1",
+         "content_index": 0, "delta": "x", "logprobs": []},
+    ]
+    with pytest.raises(ProtocolError) as raised:
+        _parse_stream(_wire(evs))
+    assert "PLANTED" not in str(raised.value)
+    repeated = _wire(_events(body)).replace(
+        b'"type":', f'"{sentence}": 1, "{sentence}": 2, "type":'.encode(), 1
+    )
+    with pytest.raises(ProtocolError) as raised:
+        _parse_stream(repeated)
+    assert "PLANTED" not in str(raised.value)

@@ -169,7 +169,8 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> Json:
     out: Json = {}
     for k, v in pairs:
         if k in out:
-            raise ProtocolError(f"openai-responses: duplicate key {k!r} in a stream event")
+            # Never the key itself: it is the upstream's text.
+            raise ProtocolError("openai-responses: a stream event repeats a key")
         out[k] = v
     return out
 
@@ -302,7 +303,8 @@ class ResponsesStreamParser(StreamParser):
             raise ProtocolError("openai-responses: item_id does not match the output item")
         types = _ITEM_TYPES.get(etype)
         if types is not None and item.get("type") not in types:
-            raise ProtocolError(f"openai-responses: {etype} for a {item.get('type')} item")
+            # The item's type is the upstream's text (any string): never in the message.
+            raise ProtocolError(f"openai-responses: {etype} for an item of another type")
         return self._content(etype, i, item, data)
 
     def _item_added(self, i: int, item: object) -> list[TextDelta]:
