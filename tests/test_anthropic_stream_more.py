@@ -186,7 +186,7 @@ def test_a_real_stream_is_relayed_as_is() -> None:
 # -- a search result citation's source ------------------------------------------------------------
 
 
-def test_a_search_result_source_is_relayed_only_as_the_request_gave_it() -> None:
+def test_a_search_result_source_goes_out_as_the_request_gave_it() -> None:
     request = {"messages": [{"role": "user", "content": [
         {"type": "search_result", "source": "https://kb.example/a", "title": "A",
          "content": [{"type": "text", "text": "One."}]},
@@ -209,7 +209,8 @@ def test_a_search_result_source_is_relayed_only_as_the_request_gave_it() -> None
     assert ADAPTER.needs_rewrite(answer, POLICY)  # only a rendered body has it compared
     out = ADAPTER.render(answer, [], Outcome(Decision.RELEASED), Report((), ctx), POLICY)
     got = [c.get("source") for c in out["content"][0]["citations"]]  # type: ignore[index]
-    assert got == ["https://kb.example/a", None, None, None]
-    # Only the context's fingerprint: nothing to compare with, no source is kept.
+    # The cited result's own source, whatever the upstream wrote; none for no such result.
+    assert got == ["https://kb.example/a", "https://kb.example/b", "https://kb.example/a", ""]
+    # Only the context's fingerprint: no source to give.
     out = ADAPTER.render(answer, [], Outcome(Decision.RELEASED), Report((), "x"), POLICY)
-    assert all("source" not in c for c in out["content"][0]["citations"])  # type: ignore[index]
+    assert {c["source"] for c in out["content"][0]["citations"]} == {""}  # type: ignore[index]

@@ -74,7 +74,9 @@ CITATION = ByType(
                 "type": _TOKEN,
                 "cited_text": _VERIFIED,
                 "search_result_index": _INT,
-                "source": Meta(lambda v: is_url(v) or is_token(v)),
+                # Rendered as the cited search result's source in the request (render.py);
+                # empty when the gateway has none to give.
+                "source": Meta(lambda v: v == "" or is_url(v) or is_token(v)),
                 "title": DROP,
                 "start_block_index": _INT,
                 "end_block_index": _INT,

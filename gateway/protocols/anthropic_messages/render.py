@@ -89,17 +89,17 @@ def cites_a_source(body: Mapping[str, object]) -> bool:
 
 
 def relayed_sources(body: Json, ctx: ContextSet | str) -> Json:
-    """`body` with a search result citation's `source` kept only when it is the cited search
-    result's own, as the request gave it: any other value is upstream text nobody verified
-    (an index or cited text that verifies says nothing of it). Without the context (only its
-    fingerprint) no source is kept."""
+    """`body` with each search result citation's `source` set to the cited search result's
+    own, as the request gave it: the upstream's value is text nobody verified (an index and a
+    cited text that verify say nothing of it), so it goes out only when it is that value. The
+    SDKs require the field: a result the context does not hold (or a context known only by
+    its fingerprint) gets an empty source."""
     results = {d.index: d.source for d in ctx.search_results} if isinstance(ctx, ContextSet) else {}
     for c in _search_result_citations(body):
         if "source" in c:
             idx = c.get("search_result_index")
             own = results.get(idx) if type(idx) is int else None
-            if own is None or c["source"] != own:
-                del c["source"]
+            c["source"] = own if own is not None else ""
     return body
 
 
