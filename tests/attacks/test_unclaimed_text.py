@@ -142,6 +142,34 @@ def test_a_correct_native_citation_on_no_claim_is_released(
     assert CHUNK_TEXT.encode() in resp.body or b"cited_text" not in resp.body
 
 
+def _responses_annotated(text: str, start: int, url: str, mode: Mode) -> Json | Stream:
+    b = body(text)
+    b["output"][0]["content"][0]["annotations"] = [
+        {"type": "url_citation", "url": url, "title": "", "start_index": start,
+         "end_index": start + 1}
+    ]
+    if mode == "json":
+        return Json(b)
+    return Stream(responses_framed(responses_events(b)), seed=7, max_piece=256, delay=0.0)
+
+
+TWO_CLAIMS = f"{GOOD}  {GOOD}"
+GAPS = {"after-the-last-claim": (f"{GOOD}  ", len(GOOD) + 1),
+        "between-claims": (TWO_CLAIMS, len(GOOD) + 1)}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("gap", list(GAPS))
+def test_a_responses_annotation_on_text_no_claim_carries_is_checked(
+    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream], mode: Mode, gap: str
+) -> None:
+    text, at = GAPS[gap]
+    url = f"https://example.com/the-pump-was-built-by-{MARKER}"
+    resp = run_case(gateway, upstream, RESPONSES, mode, _responses_annotated(text, at, url, mode))
+    assert resp.status != 500, resp.raw[:800]
+    assert_no_leak(resp)
+
+
 # --------------------------------------------------------------------------------------------
 # A citation on an exempt phrase
 # --------------------------------------------------------------------------------------------

@@ -164,8 +164,12 @@ class ResponsesFramer(Framer):
         if not text:
             return self._flush()
         if citations and self.primary is not None:
-            end = max(c.end for c in citations)
-            self.mapping.append((end - len(text), end, self.sent_len))
+            # Only the claims' own spans carry annotations out: one on the text between
+            # claims (whitespace, a title) cited nothing that was checked.
+            begin = max(c.end for c in citations) - len(text)
+            self.mapping.extend(
+                (c.start, c.end, self.sent_len + c.start - begin) for c in citations
+            )
         self.sent.append(text)
         self.sent_len += len(text)
         if self.primary is not None and self.primary_item is not None:
@@ -212,12 +216,7 @@ class ResponsesFramer(Framer):
             original = src[j] if j < len(src) and isinstance(src[j], dict) else {}
             old_text = original.get("text", "")
             anns = original.get("annotations") or []
-            if old_text == sent:
-                part["annotations"] = remap_annotations(
-                    old_text, anns, [(0, len(old_text), 0)], keep_title
-                )
-            else:
-                part["annotations"] = remap_annotations(old_text, anns, self.mapping, keep_title)
+            part["annotations"] = remap_annotations(old_text, anns, self.mapping, keep_title)
             part["text"] = sent
             part["logprobs"] = []
         base = {"item_id": item.get("id", ""), "output_index": i}
