@@ -83,7 +83,9 @@ def test_stale_source() -> None:
     check = StaleSource()
     assert check.run(claim("Same [a:1@v1]."), CTX).status is Status.PASS
     assert check.run(claim("Old [a:1@v0]."), CTX).reason == "stale_source"
-    assert check.run(claim("Chunk unversioned [b:2@v9]."), CTX).status is Status.PASS
+    # A version the chunk does not have: no version the model was given.
+    assert check.run(claim("Chunk unversioned [b:2@v9]."), CTX).reason == "stale_source"
+    assert check.run(claim("Chunk unversioned, none cited [b:2]."), CTX).status is Status.PASS
     assert check.run(claim("No version cited [a:1]."), CTX).status is Status.PASS
     assert check.run(claim("Unknown chunk [q:1@v1]."), CTX).status is Status.PASS
     assert check.run(claim("Id only chunk [c:3@1]."), CTX).reason == "stale_source"
@@ -166,7 +168,8 @@ def test_plain_claims_pass_every_id_check(cits: list[Citation]) -> None:
 
 def test_plain_claims_examples() -> None:
     assert ClaimFacts(claim("Cited [a:1][b:2]."), CTX).plain()
-    assert ClaimFacts(claim("At its version [a:1@v1][b:2@v9]."), CTX).plain()
+    assert ClaimFacts(claim("At its version [a:1@v1][b:2]."), CTX).plain()
+    assert not ClaimFacts(claim("A version it lacks [b:2@v9]."), CTX).plain()
     assert not ClaimFacts(claim("Nothing cited."), CTX).plain()
     assert not ClaimFacts(claim("Stale [a:1@v0]."), CTX).plain()
     assert not ClaimFacts(claim("Unknown [z:9]."), CTX).plain()

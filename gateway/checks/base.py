@@ -248,7 +248,7 @@ class ClaimFacts:
 
     def plain(self) -> bool:
         """Whether the claim's citations are plain: it has some, and each is a well-formed
-        marker (not native) naming a context chunk, at the chunk's version when both have
+        marker (not native) naming a context chunk, at the chunk's version when it cites
         one. The usual claim; for one with a single marker, this also finds its source."""
         cits = self.claim.citations
         if not cits:
@@ -261,7 +261,7 @@ class ClaimFacts:
             chunk = chunks.get(c.id)
             if chunk is None:
                 return False
-            if c.version is not None and chunk.version is not None and chunk.version != c.version:
+            if c.version is not None and chunk.version != c.version:
                 return False
         if len(cits) == 1 and chunk is not None and self._sources is None:
             # What `sources` finds for a single marker.

@@ -89,11 +89,13 @@ def _stale(c: Citation, ctx: ContextSet) -> bool:
     if c.version is None or c.malformed is not None or c.native is not None:
         return False
     chunk = ctx.chunks.get(c.id)
-    return chunk is not None and chunk.version is not None and chunk.version != c.version
+    # A version the chunk does not have is no version the model was given.
+    return chunk is not None and chunk.version != c.version
 
 
 class StaleSource(FactsCheck):
-    """A cited version must equal the context chunk's version (unversioned chunks pass)."""
+    """A cited version must be the context chunk's version; citing one of a chunk that has
+    none fails too. A citation without a version cites whatever version was given."""
 
     name = "stale_source"
 
