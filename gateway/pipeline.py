@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.checks.base import cited_chunks, claim_body
-from gateway.checks.judge import PENDING, JudgePass, JudgeStats, Pending, last_user_text
+from gateway.checks.judge import PENDING, JudgePass, JudgeStats, Pending
 from gateway.context import build_context, request_context
 from gateway.jsonio import dumps
 from gateway.policy import LoadedPolicy, Route
@@ -283,7 +283,7 @@ class RoutePipeline:
             return judgement  # unreachable: a fresh report holds its context; pending fails closed
         t0 = time.perf_counter()
         reports, stats = await self.judge_claims(
-            list(report.claims), ctx, last_user_text(request), self.judge_deadline()
+            list(report.claims), ctx, self.adapter.question(request), self.judge_deadline()
         )
         new = Report(tuple(reports), ctx, report.seconds + time.perf_counter() - t0)
         return Judgement(judgement.claims, new, decide(new, self.policy.release), stats)

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from gateway.checks.judge import JudgeStats, last_user_text
+from gateway.checks.judge import JudgeStats
 from gateway.claims import Segment
 from gateway.errors import ProtocolError
 from gateway.pipeline import Judgement, RoutePipeline
@@ -132,7 +132,7 @@ class ProgressiveRelease:
         self.judged = pipeline.judge_pass is not None
         self.waiting: deque[ClaimReport | asyncio.Task[ClaimReport]] = deque()
         self.judge_stats: JudgeStats | None = None
-        self._question = last_user_text(request) if self.judged else None
+        self._question = pipeline.adapter.question(request) if self.judged else None
         self.framer = pipeline.adapter.progressive_framer(include_usage)
         self.buffer = ""  # primary text not yet released, from `released` on
         self.released = 0  # offset in the primary text up to which it has been decided

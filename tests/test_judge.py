@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from gateway.checks.judge import JudgePass, Pending, last_user_text
+from gateway import protocols
+from gateway.checks.judge import JudgePass, Pending
 from gateway.judge.client import client_for, close_clients, reset_clients
 from gateway.judge.prompts import RESPONSE_FORMATS, CallItem, ChatBody, build_prompt
 from gateway.policy import JudgeSpec
@@ -361,15 +362,33 @@ async def test_short_claims_are_shown_their_question(judge_url: str, script: Jud
     assert sorted(shown) == [False, True]
 
 
-def test_last_user_text_of_each_request_shape() -> None:
-    assert last_user_text({"messages": [{"role": "user", "content": "a"},
-                                        {"role": "assistant", "content": "b"}]}) == "a"
-    assert last_user_text({"messages": [{"role": "user", "content": [
-        {"type": "text", "text": "q1"}, {"type": "image_url"}]}]}) == "q1"
-    assert last_user_text({"input": "hello"}) == "hello"
-    assert last_user_text({"query": "what?"}) == "what?"
-    assert last_user_text({"messages": []}) is None
-    assert last_user_text(None) is None
+@pytest.mark.parametrize(
+    ("protocol", "body", "question"),
+    [
+        ("openai-chat", {"messages": [{"role": "user", "content": "a"},
+                                      {"role": "assistant", "content": "b"}]}, "a"),
+        ("openai-chat", {"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "q1"}, {"type": "image_url"}]}]}, "q1"),
+        ("openai-chat", {"messages": []}, None),
+        ("openai-chat", None, None),
+        ("anthropic-messages", {"messages": [{"role": "user", "content": [
+            {"type": "document", "source": {}}, {"type": "text", "text": "q2"}]}]}, "q2"),
+        ("cohere-chat", {"messages": [{"role": "user", "content": "q3"}]}, "q3"),
+        ("bedrock-converse", {"messages": [{"role": "user", "content": [{"text": "q4"}]}]},
+         "q4"),
+        ("gemini", {"contents": [{"role": "user", "parts": [{"text": "q5"}]},
+                                 {"role": "model", "parts": [{"text": "a"}]}]}, "q5"),
+        ("openai-responses", {"input": "hello"}, "hello"),
+        ("openai-responses", {"input": [{"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "q6"}]}]}, "q6"),
+        ("rag-json", {"query": "what?"}, "what?"),
+        ("rag-json", {"messages": [{"role": "user", "content": "q7"}]}, "q7"),
+    ],
+)
+def test_the_question_of_each_request_shape(
+    protocol: str, body: dict[str, Any] | None, question: str | None
+) -> None:
+    assert protocols.get(protocol).question(body) == question
 
 
 async def test_tei_pairs_are_mapped_by_position(judge_url: str, script: JudgeScript) -> None:

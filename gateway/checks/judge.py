@@ -30,7 +30,7 @@ from gateway.judge.client import (
 from gateway.judge.prompts import CallItem, ChatBody, Prompt, PromptFormatError, build_prompt
 from gateway.types import CheckResult, frozen_init
 
-__all__ = ["PENDING", "JudgePass", "JudgeStats", "Pending", "last_user_text"]
+__all__ = ["PENDING", "JudgePass", "JudgeStats", "Pending"]
 
 PENDING = "judge_pending"  # the lexical tier's error kind for a claim the judge must settle
 CHECK = "unsupported"
@@ -41,7 +41,6 @@ WHOLE = "*"
 # A claim this short is shown with its question, to be read (never to be supported) by it:
 # "Fik-Shun." says nothing without "who won season 10?".
 SHORT_CLAIM_WORDS = 4
-_QUESTION_MAX = 2000
 
 
 @frozen_init
@@ -113,44 +112,6 @@ class JudgeStats:
             "ms": round(self.seconds * 1000, 3),
             "claims": claims,
         }
-
-
-def last_user_text(request: Mapping[str, Any] | None) -> str | None:
-    """The last user message of a request body, as text: chat `messages`, a Responses
-    `input`, or a RAG body's `query` / `question`. None when there is none."""
-    if not isinstance(request, Mapping):
-        return None
-    msgs = request.get("messages")
-    if not isinstance(msgs, list):
-        inp = request.get("input")
-        if isinstance(inp, str):
-            return inp[:_QUESTION_MAX] or None
-        msgs = inp if isinstance(inp, list) else None
-    if isinstance(msgs, list):
-        for m in reversed(msgs):
-            if isinstance(m, Mapping) and m.get("role") == "user":
-                return _text_of(m.get("content"))
-        return None
-    for key in ("question", "query", "prompt"):
-        v = request.get(key)
-        if isinstance(v, str) and v:
-            return v[:_QUESTION_MAX]
-    return None
-
-
-def _text_of(content: object) -> str | None:
-    if isinstance(content, str):
-        return content[:_QUESTION_MAX] or None
-    if isinstance(content, list):
-        parts = [
-            p["text"]
-            for p in content
-            if isinstance(p, Mapping) and isinstance(p.get("text"), str)
-            and p.get("type") in ("text", "input_text", None)
-        ]
-        text = "\n".join(parts)
-        return text[:_QUESTION_MAX] or None
-    return None
 
 
 @dataclass(slots=True)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BLOCKED_TYPE",
+    "QUESTION_MAX",
     "Adapter",
     "BlockSpans",
     "Framer",
@@ -46,6 +47,7 @@ __all__ = [
     "claim_core",
     "field_allowed",
     "kept_spans",
+    "last_user_text",
     "leaks",
     "rebuild_text",
     "rebuild_with_map",
@@ -194,6 +196,14 @@ class Adapter(ABC):
     def forward_body(self, raw: bytes, path_qs: str, policy: Policy) -> bytes:
         """The request body to forward upstream (a rewrite such as Responses' `include`)."""
         return raw
+
+    def question(self, body: Mapping[str, object] | None) -> str | None:
+        """The end user's question: the text of the request's last user message, shown to
+        the judge to read a claim by, never as evidence (DESIGN §10). None when there is
+        none. The default reads a `messages` list (chat, Anthropic, Cohere, Bedrock)."""
+        if not isinstance(body, Mapping):
+            return None
+        return last_user_text(body.get("messages"))
 
     @abstractmethod
     def request_context(self, body: Mapping[str, object], ctx: ContextSet, trust: Trust) -> None:
@@ -443,6 +453,35 @@ def rebuild_with_map(
     if disclosure:
         parts.append(("\n\n" if parts else "") + disclosure)
     return "".join(parts), mapping
+
+
+QUESTION_MAX = 2000  # characters of a question shown to the judge
+
+
+def last_user_text(messages: object, user: str = "user", content: str = "content") -> str | None:
+    """The text of the last message of role `user` in a list of messages: its `content`
+    string, or the text of its text parts (`{"type": "text", "text": …}`, a part with no type,
+    Responses' `input_text`); None when that message has no text."""
+    if not isinstance(messages, list):
+        return None
+    for m in reversed(messages):
+        if isinstance(m, Mapping) and m.get("role") == user:
+            return _text_of(m.get(content))
+    return None
+
+
+def _text_of(content: object) -> str | None:
+    if isinstance(content, str):
+        return content[:QUESTION_MAX] or None
+    if isinstance(content, list):
+        parts = [
+            p["text"]
+            for p in content
+            if isinstance(p, Mapping) and isinstance(p.get("text"), str)
+            and p.get("type") in ("text", "input_text", None)
+        ]
+        return "\n".join(parts)[:QUESTION_MAX] or None
+    return None
 
 
 def rebuild_text(text: str, kept: Sequence[Claim], disclosure: str | None) -> str:

@@ -24,6 +24,7 @@ from gateway.context import Trust, generic_request_context
 from gateway.errors import ProtocolError
 from gateway.policy import Policy, RagSpec, Route
 from gateway.protocols.base import (
+    QUESTION_MAX,
     Adapter,
     RequestInfo,
     StreamParser,
@@ -219,6 +220,19 @@ class RagJson(Adapter):
 
     def request_info(self, body: Mapping[str, object]) -> RequestInfo:
         return RequestInfo(stream=False, include_usage=False, n=1)
+
+    def question(self, body: Mapping[str, object] | None) -> str | None:
+        # An in-house RAG API names its question one of a few ways, or sends chat messages.
+        if not isinstance(body, Mapping):
+            return None
+        found = super().question(body)
+        if found is not None:
+            return found
+        for key in ("question", "query", "prompt"):
+            v = body.get(key)
+            if isinstance(v, str) and v:
+                return v[:QUESTION_MAX]
+        return None
 
     def request_context(self, body: Mapping[str, object], ctx: ContextSet, trust: Trust) -> None:
         generic_request_context(body, ctx, trust.pattern, trust)

@@ -15,6 +15,7 @@ from gateway.policy import Policy, Route
 from gateway.protocols.base import (
     Adapter,
     RequestInfo,
+    last_user_text,
     rule_withholds_something,
 )
 from gateway.protocols.gemini import context as gctx
@@ -78,6 +79,12 @@ class Gemini(Adapter):
     def streams_by_path(self, path: str) -> bool:
         """Whether the request asks for a stream: `:streamGenerateContent` in the path."""
         return _STREAM_PATH.search(unquote(path)) is not None
+
+    def question(self, body: Mapping[str, object] | None) -> str | None:
+        # `contents` turns of role `user`, their text in `parts`.
+        if not isinstance(body, Mapping):
+            return None
+        return last_user_text(body.get("contents"), content="parts")
 
     def request_context(self, body: Mapping[str, object], ctx: ContextSet, trust: Trust) -> None:
         gctx.request_context(body, ctx, trust.pattern, trust)

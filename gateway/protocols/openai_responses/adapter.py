@@ -13,9 +13,11 @@ from gateway.context import Trust
 from gateway.errors import ProtocolError
 from gateway.policy import Policy, Route
 from gateway.protocols.base import (
+    QUESTION_MAX,
     Adapter,
     RequestInfo,
     channel_key,
+    last_user_text,
     relayable_sse,
 )
 from gateway.protocols.openai_responses import context as rctx
@@ -77,6 +79,15 @@ class OpenAIResponses(Adapter):
         like a create stream. A resumed one (`starting_after`) is refused: the text before
         its first event is never seen, so a claim cut there could not be checked whole."""
         return RequestInfo(stream=stored_stream(query), include_usage=True, n=1)
+
+    def question(self, body: Mapping[str, object] | None) -> str | None:
+        # `input`: the question itself, or a list of items whose user messages hold it.
+        if not isinstance(body, Mapping):
+            return None
+        given = body.get("input")
+        if isinstance(given, str):
+            return given[:QUESTION_MAX] or None
+        return last_user_text(given)
 
     def request_context(self, body: Mapping[str, object], ctx: ContextSet, trust: Trust) -> None:
         rctx.request_context(body, ctx, trust.pattern, trust)
