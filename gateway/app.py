@@ -640,7 +640,9 @@ class _Exchange:
                     # and queueing it behind whole answers would only delay its release.
                     answer, judgement, verify_seconds = _judge(*args)
                 if pipeline.judge_pass is not None:  # claims the lexical tier left to the judge
-                    judged = await pipeline.resolve_judge(judgement, request)
+                    judged = await pipeline.resolve_judge(
+                        judgement, pipeline.adapter.question(request)
+                    )
                     if judged.judge is not None:
                         verify_seconds += judged.judge.seconds
                     judgement = judged

@@ -84,7 +84,7 @@ async def _with_judge(
     from gateway.judge.client import close_clients
 
     try:
-        return await pipeline.resolve_judge(judgement, request)
+        return await pipeline.resolve_judge(judgement, pipeline.adapter.question(request))
     finally:
         await close_clients()
 

@@ -271,10 +271,9 @@ class RoutePipeline:
                 r.claim, ctx, "unsupported", res))
         return out, stats
 
-    async def resolve_judge(
-        self, judgement: Judgement, request: Mapping[str, Any] | None
-    ) -> Judgement:
-        """The judgement with its pending claims judged, and decided again."""
+    async def resolve_judge(self, judgement: Judgement, question: str | None) -> Judgement:
+        """The judgement with its pending claims judged, and decided again. `question`: the
+        request's (`Adapter.question`), shown to the judge to read a claim by."""
         report = judgement.report
         if self.judge_pass is None or not any(self.is_pending(r) for r in report.claims):
             return judgement
@@ -283,7 +282,7 @@ class RoutePipeline:
             return judgement  # unreachable: a fresh report holds its context; pending fails closed
         t0 = time.perf_counter()
         reports, stats = await self.judge_claims(
-            list(report.claims), ctx, self.adapter.question(request), self.judge_deadline()
+            list(report.claims), ctx, question, self.judge_deadline()
         )
         new = Report(tuple(reports), ctx, report.seconds + time.perf_counter() - t0)
         return Judgement(judgement.claims, new, decide(new, self.policy.release), stats)

@@ -296,7 +296,7 @@ class ProgressiveRelease:
             answer, self.ctx, self.verifier.known, self.verifier.text
         )
         self.judge_seconds += time.perf_counter() - t0
-        judged = await self.pipeline.resolve_judge(judgement, {"question": self._question})
+        judged = await self.pipeline.resolve_judge(judgement, self._question)
         if judged.judge is not None:
             self.judge_stats = (
                 judged.judge if self.judge_stats is None else self.judge_stats.merge(judged.judge)

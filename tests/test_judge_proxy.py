@@ -56,9 +56,13 @@ audit: {{include_text: {include_text}}}
 """
 
 
+SHORT = "Hadley is near Oslo [rx:1]."  # four content words or fewer: shown its question
+
+
 def _upstream() -> FakeUpstream:
     up = create_upstream()
-    for key, text in {"supported": SUPPORTED, "unsupported": UNSUPPORTED, "two": TWO}.items():
+    texts = {"supported": SUPPORTED, "unsupported": UNSUPPORTED, "two": TWO, "short": SHORT}
+    for key, text in texts.items():
         up.on(f"json-{key}", Json(openai_body(text)))
         up.on(f"sse-{key}", Stream(openai_sse(text, chunk_size=4), seed=3))
     return up
@@ -264,3 +268,20 @@ def test_a_sentence_the_judge_refuses_is_in_no_byte_of_the_response(
     assert r.status_code == 200, raw
     assert b"Bergen" not in raw
     assert b"Oslo" in raw
+
+
+@pytest.mark.parametrize("streaming", ["buffer", "progressive"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_short_claim_is_shown_the_users_question(
+    upstream_url: str, judge_url: str, script: JudgeScript, tmp_path: Path,
+    streaming: str, stream: bool,
+) -> None:
+    """DESIGN §10: the question (the last user message) may be shown to read a claim by; the
+    adapter finds it in the request, in every mode."""
+    for gw in _gateway(tmp_path, upstream_url, judge_url, streaming=streaming):
+        before = len(script.calls)
+        key = "sse-short" if stream else "json-short"
+        status, text = _ask(gw, key, stream=stream)
+        assert status == 200 and text == SHORT
+        bodies = [c["body"]["messages"][-1]["content"] for c in script.calls[before:]]
+        assert bodies and all(f"<question>{key}</question>" in b for b in bodies), bodies
