@@ -137,6 +137,7 @@ class ProgressiveRelease:
         self.buffer = ""  # primary text not yet released, from `released` on
         self.released = 0  # offset in the primary text up to which it has been decided
         self.stripped = False
+        self.sent: set[tuple[int, int, str]] = set()  # (start, end, text) of claims released
         self.closed = False
         self.judgement: Judgement | None = None
         self.outcome: Outcome | None = None  # set when the stream ended on a failing claim
@@ -333,6 +334,12 @@ class ProgressiveRelease:
         self.usage = answer.usage
         outcome = judgement.outcome
         self.dropped = self.pipeline.dropped_levels(answer)
+        for r in judgement.report.claims:
+            c = r.claim
+            if r.verdict in ("failed", "errored") and (c.start, c.end, c.text) in self.sent:
+                # Judged whole, a claim that already went out fails (a citation that came
+                # after it, context that grew): it cannot be taken back, so no clean end.
+                return self._fail(Outcome(Decision.BLOCKED, r.reason or r.error_kind, c.index))
         match outcome.decision:
             case Decision.RELEASED:
                 # The same channel rules as a buffered answer: the adapter renders it.
@@ -387,6 +394,7 @@ class ProgressiveRelease:
         self.released = claim.end
         match verdict.verdict:
             case "verified" | "exempt":
+                self.sent.add((claim.start, claim.end, claim.text))
                 return self.framer.text(gap_and_claim, [claim])
             case "failed" if self.pipeline.policy.release.on_unverified == "strip":
                 self.stripped = True

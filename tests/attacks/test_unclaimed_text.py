@@ -334,3 +334,46 @@ def test_a_keyword_query_in_tool_arguments_is_released(
     assert resp.status == 200, resp.raw[:800]
     assert _decision(resp) in ("released", "progressive"), resp.raw[:800]
     assert b"Orbit pump flow rate" in resp.body
+
+
+# --------------------------------------------------------------------------------------------
+# A citation that arrives after its claim went out
+# --------------------------------------------------------------------------------------------
+
+
+def _late_citation_frames(late: dict[str, Any]) -> list[bytes]:
+    """One text block: a good citation, the claim, the next sentence, then `late`."""
+    from gateway.demo import wire
+
+    events = [(n, d) for n, d in wire.anthropic_events(
+        ["x"], id="msg_attack", model="claude-fake", usage=wire.Usage(20, 10))]
+    head = [e for e in events if e[0] == "message_start"]
+    tail = [e for e in events if e[0] in ("message_delta", "message_stop")]
+
+    def delta(d: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        return ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": d})
+
+    body = [
+        ("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": {"type": "text", "text": "",
+                                                   "citations": []}}),
+        delta({"type": "citations_delta", "citation": _an_cit()}),
+        delta({"type": "text_delta", "text": CLAIM + " "}),
+        delta({"type": "text_delta", "text": "It moves water. "}),
+        delta({"type": "citations_delta", "citation": late}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+    ]
+    return wire.anthropic_frames([*head, *body, *tail])
+
+
+def test_a_late_citation_that_checks_out_ends_the_stream_normally(
+    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream]
+) -> None:
+    """A claim judged again when its stream ends (its citations grew) that still checks out
+    ends the stream as usual."""
+    frames = _late_citation_frames(_an_cit())
+    req = _with_document(ANTHROPIC.request(QUESTION, True))
+    resp = run_case(gateway, upstream, ANTHROPIC, "progressive",
+                    Stream(frames, seed=3, max_piece=4096, delay=0.0), request=req)
+    assert resp.status == 200, resp.raw[:800]
+    assert b"message_stop" in resp.body and b"event: error" not in resp.body, resp.body[-800:]
