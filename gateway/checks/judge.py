@@ -262,21 +262,13 @@ class JudgePass:
         out: dict[str, tuple[str, str]] = {}
         wanted = self.spec.label.lower()
         for cid, scores in zip(ids, rows, strict=True):
-            score = None
-            if isinstance(scores, list):
-                for s in scores:
-                    if (
-                        isinstance(s, dict)
-                        and isinstance(s.get("label"), str)
-                        and s["label"].lower() == wanted
-                        and isinstance(s.get("score"), int | float)
-                        and not isinstance(s.get("score"), bool)
-                    ):
-                        score = float(s["score"])
+            score = _label_score(scores, wanted)
             if score is None:
                 if stats.calls:
                     stats.calls[-1].outcome = "bad_verdicts"
-                raise JudgeError("bad_verdicts", f"no {self.spec.label!r} score for a pair")
+                raise JudgeError(
+                    "bad_verdicts", f"not exactly one {self.spec.label!r} score for a pair"
+                )
             out[cid] = ("YES" if score >= self.spec.threshold else "NO", f"{wanted}={score:.3f}")
         return out
 
@@ -346,6 +338,26 @@ class JudgePass:
         if len(calls) == 1:
             return [await settle(calls[0])]  # the usual answer: no task of its own to schedule
         return list(await asyncio.gather(*map(settle, calls)))
+
+
+def _label_score(scores: object, wanted: str) -> float | None:
+    """The score of label `wanted` (lower case) in one pair's score list, matched in any case;
+    None unless exactly one entry names it with a number. Two entries for it ("entailment" 0.02,
+    "ENTAILMENT" 0.99) leave the score the classifier meant ambiguous: never the last one."""
+    if not isinstance(scores, list):
+        return None
+    found: float | None = None
+    for s in scores:
+        if isinstance(s, dict):
+            label = s.get("label")
+            if isinstance(label, str) and label.lower() == wanted:
+                score = s.get("score")
+                if found is not None or isinstance(score, bool):
+                    return None
+                if not isinstance(score, int | float):
+                    return None
+                found = float(score)
+    return found
 
 
 def _chat_content(answer: object) -> tuple[str, dict[str, int]]:

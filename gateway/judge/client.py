@@ -29,6 +29,7 @@ from gateway.errors import ProtocolError, UpstreamConnectError, UpstreamError, U
 from gateway.http1 import Pool, with_body
 from gateway.judge.cache import VerdictCache
 from gateway.judge.circuit import Circuit
+from gateway.protocols.fields import loads_unique
 from gateway.upstream import Limits, Timeouts, open_pool
 from gateway.upstream_tls import UpstreamNetwork
 
@@ -267,9 +268,11 @@ class JudgeClient:
         if not 200 <= status < 300:
             raise JudgeError("bad_response", str(status))
         try:
-            parsed = json.loads(data)
-        except ValueError:
-            raise JudgeError("bad_response", "not JSON") from None
+            # Strict: a key written twice (the message content, a score) is ambiguous, and a
+            # reader keeping the last value would take what the judge never settled on.
+            parsed = loads_unique(data)
+        except ProtocolError as e:
+            raise JudgeError("bad_response", str(e)) from None
         if not isinstance(parsed, dict | list):
             raise JudgeError("bad_response", "not a JSON object or array")
         return parsed

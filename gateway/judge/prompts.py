@@ -3,7 +3,8 @@
 Claim and chunk text are data: they are HTML-escaped inside delimiting tags, so no text can
 close a tag or open a new one, and the gateway names every claim by an id it chose (`c1`,
 `c2`, …). The answer is read strictly: one verdict for each id sent, nothing missing, extra,
-duplicated or unparseable, else `PromptFormatError` (an infrastructure error, never a pass).
+duplicated or unparseable (a JSON key written twice included), else `PromptFormatError` (an
+infrastructure error, never a pass).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import Any, Literal
 
+from gateway.errors import ProtocolError
+from gateway.protocols.fields import loads_unique
 from gateway.types import frozen_init
 
 __all__ = [
@@ -179,9 +182,11 @@ class Prompt:
             if fenced is not None:
                 text = fenced.group(1).strip()
         try:
-            data = json.loads(text)
-        except ValueError:
-            raise PromptFormatError("judge answer is not JSON") from None
+            # A key written twice ({"label": "NO", "label": "YES"}) leaves which verdict the
+            # judge meant ambiguous: a reader keeping the last value would pass a refused claim.
+            data = loads_unique(text)
+        except ProtocolError as e:
+            raise PromptFormatError(f"judge answer: {e}") from None
         rows = data.get("verdicts") if isinstance(data, dict) else None
         if not isinstance(rows, list):
             raise PromptFormatError("judge answer has no verdicts list")
