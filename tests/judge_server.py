@@ -3,7 +3,8 @@
 
 The chat judge reads the claims the gateway sent (`<claim id="…" …>text</claim>`) and labels
 each by `label_for(claim text)`; a script step can instead be slow, fail, rate-limit, or answer
-out of shape.
+out of shape. The `dup_*` steps answer with a JSON key written twice, its last value YES (or
+a score above the threshold): a reader that keeps the last value passes what the first refused.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tests.upstream_app import serve
 CLAIM = re.compile(r'<claim id="([^"]*)" cites="([^"]*)">(.*?)</claim>', re.S)
 
 Step = str  # ok | slow | 500 | 429 | malformed | wrong_count | duplicate | extra | echo | schema400
+#             | dup_label | dup_verdicts | dup_id | dup_key (a JSON key written twice, below)
 
 
 def default_label(claim: str) -> str:
@@ -124,6 +126,11 @@ def _respond(
         ]
         if step == "wrong_count":
             rows = rows[:-1]
+        elif step == "dup_label":  # the label again, in another case, scoring high
+            rows = [[*r, {"label": "ENTAILMENT", "score": 0.99}] for r in rows]
+        elif step == "dup_key":  # the score key twice in one entry, the last one high
+            text = json.dumps(rows).replace('"score": 0.1}', '"score": 0.1, "score": 0.99}')
+            return 200, [], text.encode()
         return 200, [], json.dumps(rows).encode()
     if step == "malformed":
         return 200, [], json.dumps(_chat("Sure! The claims look fine: YES")).encode()
@@ -146,7 +153,34 @@ def _respond(
         # inside the data as if it were a claim.
         verdicts = [{"id": i, "rationale": "told to", "label": "YES"} for i, _, _ in claims]
         verdicts.append({"id": "c1 ", "rationale": "injected", "label": "YES"})
+    elif step in ("dup_label", "dup_verdicts", "dup_id", "dup_key"):
+        return 200, [], _duplicated(step, claims, verdicts)
     return 200, [], json.dumps(_chat(json.dumps({"verdicts": verdicts}))).encode()
+
+
+def _duplicated(
+    step: Step, claims: list[tuple[str, str, str]], verdicts: list[dict[str, str]]
+) -> bytes:
+    """An answer holding the scripted verdicts and a JSON key written twice, whose last value
+    says YES to every claim."""
+    yes_rows = json.dumps([{**v, "label": "YES"} for v in verdicts])
+    if step == "dup_label":  # each verdict's label, then "label": "YES"
+        rows = [json.dumps(v)[:-1] + ', "label": "YES"}' for v in verdicts]
+        content = '{"verdicts": [' + ", ".join(rows) + "]}"
+    elif step == "dup_verdicts":  # the verdicts list, then another saying YES
+        content = f'{{"verdicts": {json.dumps(verdicts)}, "verdicts": {yes_rows}}}'
+    elif step == "dup_id":  # a row naming an id not sent, then the claim's id, then YES
+        rows = [f'{{"id": "c0", "id": {json.dumps(i)}, "rationale": "r", "label": "YES"}}'
+                for i, _, _ in claims]
+        content = '{"verdicts": [' + ", ".join(rows) + "]}"
+    else:  # dup_key: the envelope's message content twice, the last one saying YES
+        honest = json.dumps(json.dumps({"verdicts": verdicts}))
+        yes = json.dumps(f'{{"verdicts": {yes_rows}}}')
+        envelope = json.dumps(_chat("CONTENT"))
+        return envelope.replace(
+            '"content": "CONTENT"', f'"content": {honest}, "content": {yes}'
+        ).encode()
+    return json.dumps(_chat(content)).encode()
 
 
 @contextmanager

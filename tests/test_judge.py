@@ -15,8 +15,23 @@ import pytest
 
 from gateway import protocols
 from gateway.checks.judge import JudgePass, Pending
-from gateway.judge.client import client_for, close_clients, reset_clients
-from gateway.judge.prompts import RESPONSE_FORMATS, CallItem, ChatBody, build_prompt
+from gateway.judge.cache import VerdictCache
+from gateway.judge.circuit import Circuit
+from gateway.judge.client import (
+    CallRecord,
+    JudgeClient,
+    JudgeError,
+    client_for,
+    close_clients,
+    reset_clients,
+)
+from gateway.judge.prompts import (
+    RESPONSE_FORMATS,
+    CallItem,
+    ChatBody,
+    PromptFormatError,
+    build_prompt,
+)
 from gateway.policy import JudgeSpec
 from gateway.types import Status
 from tests.judge_server import CLAIM, JudgeScript, run_judge
@@ -116,6 +131,10 @@ async def test_unsupported_verdict_fails_the_claim(judge_url: str) -> None:
         ("extra", "judge_bad_verdicts"),
         ("echo", "judge_bad_verdicts"),
         ("500", "judge_http_5xx"),
+        ("dup_label", "judge_bad_verdicts"),
+        ("dup_verdicts", "judge_bad_verdicts"),
+        ("dup_id", "judge_bad_verdicts"),
+        ("dup_key", "judge_bad_response"),
     ],
 )
 async def test_out_of_shape_answers_are_infrastructure_errors(
@@ -126,6 +145,27 @@ async def test_out_of_shape_answers_are_infrastructure_errors(
     assert {r.status for r in results.values()} == {Status.ERROR}
     assert {r.kind for r in results.values()} == {kind}
     assert stats.claims[0]["verdict"] == "error"
+
+
+@pytest.mark.parametrize("group_by", ["chunk", "claim", "answer"])
+@pytest.mark.parametrize(
+    ("step", "kind"),
+    [("dup_label", "judge_bad_verdicts"), ("dup_verdicts", "judge_bad_verdicts"),
+     ("dup_id", "judge_bad_verdicts"), ("dup_key", "judge_bad_response")],
+)
+async def test_a_key_written_twice_never_passes_a_claim_the_judge_refused(
+    judge_url: str, script: JudgeScript, step: str, kind: str, group_by: str
+) -> None:
+    # The answer's last value says YES to the claim its first refused: which one the judge
+    # meant is ambiguous, so the claim is an infrastructure error, never a pass.
+    script.then = step
+    items = [pend(0, "An unsupported claim.", "1"), pend(1, "The reactor holds rods.", "1")]
+    results, stats = await run(JudgePass(spec(judge_url, group_by=group_by)), items)
+    assert results[0].status is Status.ERROR and results[0].kind == kind
+    assert stats.claims[0]["verdict"] == "error"
+    script.then = "ok"  # control: the same claims answered once each
+    results, _ = await run(JudgePass(spec(judge_url, group_by=group_by)), items)
+    assert results[0].status is Status.FAIL and results[1].status is Status.PASS
 
 
 async def test_slow_judge_times_out(judge_url: str, script: JudgeScript) -> None:
@@ -406,6 +446,121 @@ async def test_tei_wrong_count_is_an_error(judge_url: str, script: JudgeScript) 
     s = JudgeSpec.model_validate({"url": judge_url, "backend": "tei", "group_by": "answer"})
     results, _ = await run(JudgePass(s), THREE)
     assert {r.kind for r in results.values()} == {"judge_bad_verdicts"}
+
+
+@pytest.mark.parametrize(("step", "kind"),
+                         [("dup_label", "judge_bad_verdicts"), ("dup_key", "judge_bad_response")])
+async def test_tei_scores_for_the_label_twice_are_an_error(
+    judge_url: str, script: JudgeScript, step: str, kind: str
+) -> None:
+    # dup_label: "entailment" 0.1 then "ENTAILMENT" 0.99 in one pair's list; dup_key: one
+    # entry's "score" written twice, the last 0.99. Either way the refused pair is unreadable.
+    script.then = step
+    s = JudgeSpec.model_validate({"url": judge_url, "backend": "tei", "group_by": "answer"})
+    results, _ = await run(JudgePass(s), [pend(0, "An unsupported claim.", "1")])
+    assert results[0].status is Status.ERROR and results[0].kind == kind
+
+
+class _Answering:
+    """A client stand-in that answers every call with `answer` (the parsed JSON body)."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.cache = VerdictCache(0, 1.0)
+        self.circuit = Circuit(5, 30.0)
+        self.json_schema = True
+
+    async def post(
+        self, path: str, payload: Any, deadline: float, record: list[CallRecord]
+    ) -> tuple[Any, float]:
+        record.append(CallRecord("ok", 0.0))
+        return self.answer, 0.0
+
+
+def _scores(*entries: tuple[str, float]) -> list[dict[str, Any]]:
+    return [{"label": label, "score": score} for label, score in entries]
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        # controls: one score for the label, in any case, any place in the list
+        (_scores(("entailment", 0.9), ("contradiction", 0.05)), Status.PASS),
+        (_scores(("CONTRADICTION", 0.05), ("ENTAILMENT", 0.7)), Status.PASS),
+        (_scores(("entailment", 0.1), ("contradiction", 0.9)), Status.FAIL),
+        (_scores(("neutral", 0.9)), "judge_bad_verdicts"),
+        # the label twice: whichever score was meant is ambiguous
+        (_scores(("entailment", 0.02), ("contradiction", 0.97), ("ENTAILMENT", 0.99)),
+         "judge_bad_verdicts"),
+        (_scores(("Entailment", 0.99), ("entailment", 0.02)), "judge_bad_verdicts"),
+        (_scores(("entailment", 0.9), ("entailment", 0.9)), "judge_bad_verdicts"),
+    ],
+)
+@pytest.mark.parametrize("wrapped", [True, False])
+async def test_tei_mapping_reads_one_score_for_the_label(
+    row: list[dict[str, Any]], expected: Status | str, wrapped: bool
+) -> None:
+    # wrapped: [[scores]]; else the one pair's list alone, as some servers answer
+    s = JudgeSpec.model_validate({"url": "http://judge", "backend": "tei"})
+    client = _Answering([row] if wrapped else row)
+    results, _ = await run(JudgePass(s, client=client), [pend(0, "A claim.", "1")])  # type: ignore[arg-type]
+    got = results[0].status if isinstance(expected, Status) else results[0].kind
+    assert got == expected
+
+
+YES1 = '{"verdicts": [{"id": "c1", "rationale": "r", "label": "YES"}]}'
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"verdicts": [{"id": "c1", "rationale": "r", "label": "NO", "label": "YES"}]}',
+        '{"verdicts": [{"id": "c1", "rationale": "r", "label": "NO"}], '
+        '"verdicts": [{"id": "c1", "rationale": "r", "label": "YES"}]}',
+        '{"verdicts": [{"id": "c9", "id": "c1", "rationale": "r", "label": "YES"}]}',
+        '{"verdicts": [{"id": "c1", "rationale": "no", "rationale": "r", "label": "YES"}]}',
+        # the same key spelled with an escape
+        '{"verdicts": [{"id": "c1", "rationale": "r", "label": "NO", "l\\u0061bel": "YES"}]}',
+        '```json\n{"verdicts": [{"id": "c1", "label": "NO", "rationale": "r", "label": "YES"}]}'
+        "\n```",
+        '{"verdicts": [{"id": "c1", "rationale": "r", "label": "YES", "x": {"a": 1, "a": 2}}]}',
+    ],
+    ids=["label", "verdicts", "id", "rationale", "escaped", "fenced", "nested"],
+)
+def test_a_verdict_with_a_key_written_twice_is_unparseable(content: str) -> None:
+    with pytest.raises(PromptFormatError):
+        build_prompt("default", None).parse(content, ["c1"])
+
+
+@pytest.mark.parametrize(
+    ("content", "label"),
+    [
+        (YES1, "YES"),
+        (YES1.replace("YES", "NO"), "NO"),
+        ("```json\n" + YES1 + "\n```", "YES"),
+        # colons and escaped colons in strings are not keys
+        ('{"verdicts": [{"id": "c1", "rationale": "a: b \\u003a c \\"d\\": e", '
+         '"label": "YES"}]}', "YES"),
+        ('{"verdicts": [{"id": "c1", "rationale": "Quelle : « 42 » ü", "label": "NO"}]}', "NO"),
+    ],
+)
+def test_a_clean_verdict_is_read(content: str, label: str) -> None:
+    assert build_prompt("default", None).parse(content, ["c1"])["c1"][0] == label
+
+
+def test_the_judge_response_body_with_a_key_written_twice_is_a_bad_response() -> None:
+    ok = b'{"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": 1}}'
+    assert JudgeClient._answer(200, [], ok) == json.loads(ok)
+    for body in (
+        b'{"choices": [{"message": {"content": "no", "content": "yes"}}]}',
+        b'{"choices": [{"message": {"content": "x"}}], "choices": []}',
+        b'{"choices": [], "usage": {"prompt_tokens": 1, "prompt_tokens": 2}}',
+        b'[[{"label": "entailment", "score": 0.1, "score": 0.99}]]',
+        b'[[{"label": "entailment", "score": 1e999}]]',  # infinity: not a score
+    ):
+        with pytest.raises(JudgeError) as e:
+            JudgeClient._answer(200, [], body)
+        assert e.value.kind == "bad_response", body
 
 
 @pytest.mark.parametrize("name", ["default", "template", "minicheck"])
