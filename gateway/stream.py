@@ -354,10 +354,11 @@ class ProgressiveRelease:
                 )
                 if rest:
                     out.append(self.framer.text(rest))
-                if self.stripped:
-                    out.append(
-                        self.framer.text("\n\n" + self.pipeline.policy.release.templates.partial)
-                    )
+                # A claim stripped from the text, or only from another channel (a tool
+                # call, another choice): the answer says it is partial either way.
+                out.append(
+                    self.framer.text("\n\n" + self.pipeline.policy.release.templates.partial)
+                )
             case Decision.ABSTAINED | Decision.REVIEW if not self.framer.started:
                 body = self.pipeline.adapter.render(
                     answer, judgement.claims, outcome, judgement.report, self.pipeline.policy

@@ -188,7 +188,9 @@ def test_anthropic_partial_drops_tool_use_and_withholds_thinking() -> None:
     body = adapter.render(answer, [tool_claim], partial(set()), REPORT, POLICY)
     anthropic.types.Message.model_validate(body)
     types_ = [b["type"] for b in body["content"]]  # type: ignore[union-attr]
-    assert types_ == ["text", "text"] and body["stop_reason"] == "end_turn"
+    # The tool call went: the answer says it is partial (DESIGN §5), after its own text.
+    assert types_ == ["text", "text", "text"] and body["stop_reason"] == "end_turn"
+    assert body["content"][-1]["text"] == "\n\n" + POLICY.release.templates.partial  # type: ignore[index]
     released = adapter.render(answer, [], Outcome(Decision.RELEASED), REPORT, POLICY)
     assert [b["type"] for b in released["content"]] == ["text", "text", "tool_use"]  # type: ignore[union-attr]
 

@@ -377,3 +377,28 @@ def test_a_late_citation_that_checks_out_ends_the_stream_normally(
                     Stream(frames, seed=3, max_piece=4096, delay=0.0), request=req)
     assert resp.status == 200, resp.raw[:800]
     assert b"message_stop" in resp.body and b"event: error" not in resp.body, resp.body[-800:]
+
+
+# --------------------------------------------------------------------------------------------
+# A partial answer says so, whatever channel lost the claim
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("protocol", "mode", "name"), _tool_cases(["failing-tool-call"]))
+def test_a_partial_answer_that_lost_only_a_tool_call_carries_the_disclosure(
+    gateway: GatewayProcess,
+    upstream: tuple[str, FakeUpstream],
+    protocol: str,
+    mode: Mode,
+    name: str,
+) -> None:
+    """DESIGN §5: partial means failing claims removed and the disclosure appended."""
+    from gateway.policy.model import Templates
+
+    spec, build = TOOLS[protocol]
+    behaviour = build({"note": f"The Orbit pump was designed by {MARKER} in 1931 [kb:404]."}, mode)
+    assert behaviour is not None
+    resp = run_case(gateway, upstream, spec, mode, behaviour)
+    assert resp.status == 200, resp.raw[:800]
+    assert_no_leak(resp)
+    assert Templates().partial in spec.answer_text(resp), resp.body[-1500:]

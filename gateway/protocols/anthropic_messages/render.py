@@ -52,7 +52,11 @@ def partial_body(
             text_blocks = _text_blocks(answer, channel, kept.get(idx, []), disclosure)
         else:
             drop.add(int(channel.path[1]))
-    return _rebuild(answer, policy, drop, text_blocks)
+    body = _rebuild(answer, policy, drop, text_blocks)
+    if text_blocks is None and drop:  # only a tool call or thinking went: say so all the same
+        texts = any(b.get("type") == "text" for b in body["content"] if isinstance(b, dict))
+        body["content"].append({"type": "text", "text": ("\n\n" if texts else "") + disclosure})
+    return body
 
 
 def abstained_body(answer: Answer, text: str) -> Json:

@@ -177,7 +177,12 @@ def partial_body(
             text_blocks = _text_blocks(answer, channel, kept.get(idx, []), disclosure)
         else:
             drop.add(int(channel.path[3]))  # ("output", "message", "content", bi, ...)
-    return _rebuild(answer, policy, drop, text_blocks)
+    body = _rebuild(answer, policy, drop, text_blocks)
+    if text_blocks is None and drop:  # only a tool use or reasoning went: say so all the same
+        blocks = body["output"]["message"]["content"]
+        texts = any("text" in b for b in blocks if isinstance(b, dict))
+        blocks.append({"text": ("\n\n" if texts else "") + disclosure})
+    return body
 
 
 def template_body(source: Mapping[str, Any], text: str) -> Json:

@@ -168,6 +168,14 @@ def partial_body(
             cand.setdefault("content", {"role": "model", "parts": []})["parts"].append(
                 {"text": new[0]}
             )
+        elif new is None and drops.get(ci):  # only a call or thought went: say so all the same
+            parts = cand.setdefault("content", {"role": "model", "parts": []}).setdefault(
+                "parts", []
+            )
+            has_text = any(
+                "text" in p and not p.get("thought") for p in parts if isinstance(p, dict)
+            )
+            parts.append({"text": ("\n\n" if has_text else "") + disclosure})
     return body
 
 

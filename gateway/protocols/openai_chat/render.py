@@ -257,13 +257,17 @@ def _partial(answer: Answer, claims: Sequence[Claim], outcome: Outcome, policy: 
     # holds them: removed by value at the end, since the lists of the rendered body may
     # have changed (withheld entries removed, content chunks rebuilt).
     drop_entries: list[tuple[int, str, object]] = []
+    disclosed: set[int] = set()  # choices whose text carries the disclosure
+    cut: set[int] = set()  # choices that lost something
     for idx, channel in enumerate(answer.channels):
         lost = idx in failed or (all_failed and leaks(channel, all_failed))
         if not lost:
             continue
         msg = body["choices"][channel.choice]["message"]
         path = channel.path
+        cut.add(channel.choice)
         if channel.kind in ("content", "refusal", "transcript"):
+            disclosed.add(channel.choice)
             new, mapping = rebuild_with_map(channel.text, kept.get(idx, []), disclosure)
             if channel.kind == "transcript":
                 # The audio speaks the removed claim; only the rebuilt text may go out.
@@ -303,6 +307,15 @@ def _partial(answer: Answer, claims: Sequence[Claim], outcome: Outcome, policy: 
                 msg["tool_calls"] = left
             else:
                 msg.pop("tool_calls")
+    # A choice that lost only a tool call or reasoning says so too (DESIGN §5: a partial
+    # answer carries the disclosure).
+    for ci in cut - disclosed:
+        msg = body["choices"][ci]["message"]
+        text = msg.get("content")
+        if text is None or isinstance(text, str):
+            msg["content"] = f"{text}\n\n{disclosure}" if text else disclosure
+        elif isinstance(text, list):
+            msg["content"] = [*text, {"type": "text", "text": "\n\n" + disclosure}]
     return body
 
 

@@ -251,6 +251,7 @@ def partial_body(
     edited: Json = copy.deepcopy(dict(answer.body))
     drop_items: set[int] = set()
     rewritten: set[tuple[int, int]] = set()
+    lost_other = False
     keep_title = field_allowed(("title",), policy)
     for idx, channel in enumerate(answer.channels):
         if not (idx in failed or (all_failed and leaks(channel, all_failed))):
@@ -273,11 +274,37 @@ def partial_body(
             rewritten.add((i, j))
         elif channel.kind == "reasoning":
             edited["output"][i][str(path[2])][int(path[3])] = None
+            lost_other = True
         else:
             drop_items.add(i)
+            lost_other = True
+    if lost_other and not rewritten:
+        # Only a tool call or reasoning went: the answer says it is partial all the same.
+        _disclose(edited, answer, disclosure, rewritten)
     return released_body(
         dataclasses.replace(answer, body=edited), policy, drop_items, rewritten
     )
+
+
+def _disclose(
+    edited: Json, answer: Answer, disclosure: str, rewritten: set[tuple[int, int]]
+) -> None:
+    """The disclosure after the answer's text: its first output_text part, or a message of
+    its own when it has none."""
+    for channel in answer.channels:
+        if channel.kind == "content":
+            path = _resolve(answer.body, channel.path)
+            i, j = int(path[1]), int(path[3])
+            part = edited["output"][i]["content"][j]
+            part["text"] = f"{channel.text}\n\n{disclosure}" if channel.text else disclosure
+            part["logprobs"] = []
+            rewritten.add((i, j))
+            return
+    edited.setdefault("output", []).append({
+        "id": "msg_citewarden", "type": "message", "role": "assistant", "status": "completed",
+        "content": [{"type": "output_text", "text": disclosure, "annotations": [],
+                     "logprobs": []}],
+    })
 
 
 def abstained_body(answer: Answer, policy: Policy, text: str) -> Json:
