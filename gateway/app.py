@@ -18,6 +18,7 @@ from typing import Any, cast
 import orjson
 
 from gateway import audit, paths, retry
+from gateway.checks.judge import JudgeStats
 from gateway.deferred import Deferred
 from gateway.errors import BodyTooLarge, GatewayError, ProtocolError, map_exception
 from gateway.jsonio import dumps
@@ -843,6 +844,32 @@ class _Exchange:
         judged = judgement.judge if judgement is not None else None
         if judged is not None:
             m.observe_judge(route, judged)
+        try:
+            self._audit(pipeline, route, decision, report, outcome, judged, shadow, reason,
+                        verify_seconds, total)
+        finally:  # a review is requested even if the audit line could not be written
+            if report is not None and outcome is not None and outcome.decision is Decision.REVIEW:
+                audit.review_requested(
+                    request_id=self.request_id,
+                    route=route,
+                    policy=pipeline.loaded.label,
+                    report=report,
+                    include_text=pipeline.policy.audit.include_text,
+                )
+
+    def _audit(
+        self,
+        pipeline: RoutePipeline,
+        route: str,
+        decision: str,
+        report: Report | None,
+        outcome: Outcome | None,
+        judged: JudgeStats | None,
+        shadow: bool,
+        reason: str | None,
+        verify_seconds: float | None,
+        total: float,
+    ) -> None:
         audit.audit_event(
             request_id=self.request_id,
             route=route,
@@ -865,11 +892,3 @@ class _Exchange:
                 {"judge": judged.audit(pipeline.policy.audit.include_text)} if judged else {},
             ),
         )
-        if report is not None and outcome is not None and outcome.decision is Decision.REVIEW:
-            audit.review_requested(
-                request_id=self.request_id,
-                route=route,
-                policy=pipeline.loaded.label,
-                report=report,
-                include_text=pipeline.policy.audit.include_text,
-            )

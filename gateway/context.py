@@ -18,7 +18,6 @@ import base64
 import binascii
 import functools
 import hmac
-import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -409,11 +408,16 @@ def _header_values(headers: Mapping[str, str] | Iterable[tuple[str, str]], name:
 
 
 def _decode_context_header(value: str) -> list[Chunk]:
+    # Imported here: the adapters import this module (an import cycle at load time).
+    from gateway.protocols.fields import loads_unique
+
     raw = value.strip()
     try:
         data = base64.b64decode(raw + "=" * (-len(raw) % 4), altchars=b"-_", validate=True)
-        items = json.loads(data)
-    except (binascii.Error, ValueError) as exc:
+        # The upstream's JSON, read as its bodies are: a repeated key or a lone surrogate
+        # (which no text can hold) is refused.
+        items = loads_unique(data)
+    except (binascii.Error, ValueError, ProtocolError) as exc:
         raise ProtocolError(f"{CONTEXT_HEADER} is not base64url JSON") from exc
     if not isinstance(items, list):
         raise ProtocolError(f"{CONTEXT_HEADER} must be a JSON list of chunks")

@@ -74,16 +74,21 @@ class Document:
     source: str | None = None
 
 
+# Text from a JSON document may hold a lone surrogate (`"\udfff"` is valid JSON): digests
+# take it as it is rather than fail, since a fingerprint that raised would lose the audit event.
+_SURROGATES = "surrogatepass"
+
+
 @functools.lru_cache(maxsize=1024)
 def _cached_digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", _SURROGATES)).hexdigest()
 
 
 def _text_digest(text: str) -> str:
     # The same chunks recur across requests (multi-turn chats, popular documents); small ones
     # keep their digest, so the cache stays at a few MiB at most.
     if len(text) > 8 * 1024:
-        return hashlib.sha256(text.encode()).hexdigest()
+        return hashlib.sha256(text.encode("utf-8", _SURROGATES)).hexdigest()
     return _cached_digest(text)
 
 
@@ -101,7 +106,7 @@ def _fingerprint(chunks: Iterable[Chunk]) -> str:
     out: list[bytes] = []
     for triple in triples:
         for part in triple:
-            b = part.encode()
+            b = part.encode("utf-8", _SURROGATES)
             out.append(len(b).to_bytes(4, "big"))
             out.append(b)
     return hashlib.sha256(b"".join(out)).hexdigest()

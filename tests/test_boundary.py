@@ -9,6 +9,7 @@ event, never a clean end. Real gateway, an upstream writing exact bytes, httpx a
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import io
 import json
@@ -425,6 +426,26 @@ def test_a_good_answer_through_the_raw_upstream_is_served(env: Env, route: Route
         assert seen.clean_end and seen.text == GOOD
     lines = audit_lines(env, rid)
     assert len(lines) == 1 and lines[0]["decision"] in ("released", "passthrough"), lines
+
+
+_CONTEXT_HEADERS = {
+    # JSON, but no text can hold a lone surrogate: the digest of the audit line once failed.
+    "lone-surrogate": b'[{"id":"kb:7","text":"a\\udfff"}]',
+    "repeated-key": b'[{"id":"doc:9","id":"kb:1","text":"x"}]',
+}
+
+
+@pytest.mark.parametrize("kind", list(_CONTEXT_HEADERS))
+@routes([*JSON_ROUTES, *SSE_ROUTES])
+def test_an_ambiguous_context_header_is_502_and_audited(
+    env: Env, route: Route, kind: str
+) -> None:
+    value = base64.urlsafe_b64encode(_CONTEXT_HEADERS[kind]).decode().rstrip("=")
+    body = frames(route) if route.stream else json.dumps(route.proto.body(GOOD)).encode()  # type: ignore[union-attr]
+    reply = head(200, content_type(route), ("x-citewarden-context", value),
+                 ("content-length", str(len(body)))) + body
+    r, rid = route.send(env, env.raw.on([reply]))
+    route.assert_failed(env, r, rid)
 
 
 # ------------------------------------------------------------------- the last-resort guard

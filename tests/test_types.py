@@ -157,3 +157,14 @@ def test_update_appends_documents_and_search_results_after_those_already_read() 
     first.update(second)
     assert first.documents == [d1, d2]
     assert first.search_results == [d1]
+
+
+def test_a_fingerprint_takes_text_with_a_lone_surrogate() -> None:
+    """JSON allows "\\udfff" (a stdlib parse of a body with a 20-digit number keeps it): the
+    fingerprint of the audit line must not fail on it, nor make it equal another text's."""
+    lone = ContextSet()
+    lone.add(Chunk("kb:7", "a\udfff"))
+    other = ContextSet()
+    other.add(Chunk("kb:7", "a?"))
+    assert len(lone.fingerprint) == 64
+    assert lone.fingerprint != other.fingerprint
