@@ -16,7 +16,7 @@ from typing import Any
 
 from gateway.errors import ProtocolError
 from gateway.protocols.cohere.fields import BODY_TABLE, is_source_id
-from gateway.protocols.fields import FieldLog, clean
+from gateway.protocols.fields import FieldLog, clean, is_number
 from gateway.types import Answer, Channel, Citation
 
 __all__ = [
@@ -154,6 +154,43 @@ def _usage(body: Mapping[str, Any]) -> dict[str, int]:
     return out
 
 
+_LOGPROB_KEYS = ("text", "token_ids", "logprobs")
+
+
+def _logprobs(lps: object, dropped: list[tuple[str, Path]]) -> list[Json] | None:
+    """`logprobs` of the shape the API defines, `[{text, token_ids, logprobs}]`: a string, a
+    list of integers and (unless absent or null) as many numbers. Other keys of an entry are
+    cut; any other value drops the whole list (its entries are read together, their texts
+    joined): no prose reaches a client through a field `channels.logprobs` takes for numbers.
+    Each removal is recorded, so a stream holding one is re-framed, never relayed."""
+    if type(lps) is not list:
+        dropped.append(("top", ("logprobs",)))
+        return None
+    out: list[Json] = []
+    for n, x in enumerate(lps):
+        if type(x) is not dict:
+            dropped.append(("top", ("logprobs",)))
+            return None
+        ids, probs = x.get("token_ids"), x.get("logprobs")
+        if (
+            type(x.get("text")) is not str
+            or type(ids) is not list
+            or not all(type(t) is int for t in ids)
+            or (probs is not None and (
+                type(probs) is not list
+                or len(probs) != len(ids)
+                or not all(is_number(p) for p in probs)
+            ))
+        ):
+            dropped.append(("top", ("logprobs",)))
+            return None
+        for key in x:
+            if key not in _LOGPROB_KEYS:
+                dropped.append(("top", ("logprobs", n, key)))
+        out.append({k: x[k] for k in _LOGPROB_KEYS if k in x})
+    return out
+
+
 def _check_shape(body: Mapping[str, object]) -> None:
     """What the table cannot drop without moving indices a citation relies on."""
     message = body.get("message")
@@ -183,8 +220,13 @@ def parse_body(body: Mapping[str, object]) -> Answer:
     answer.dropped.extend(log.dropped)
     message: Json = kept["message"]
     spans = _citations(kept, message.get("citations"))
-    lps = kept.get("logprobs")
-    answer.has_logprobs = isinstance(lps, list) and bool(lps)
+    if kept.get("logprobs") is not None:
+        lps = _logprobs(kept["logprobs"], answer.dropped)
+        if lps is None:
+            del kept["logprobs"]
+        else:
+            kept["logprobs"] = lps
+    answer.has_logprobs = bool(kept.get("logprobs"))
     content = _content(kept)
     n = 0
     for i, item in enumerate(content):
