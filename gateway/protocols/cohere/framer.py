@@ -20,7 +20,6 @@ from gateway.protocols.cohere.render import (
     content_events,
     message_end,
     message_start,
-    remap,
     tool_events,
 )
 from gateway.protocols.fields import is_token
@@ -43,6 +42,8 @@ class CohereFramer(Framer):
         self.sent: list[str] = []
         self.sent_len = 0
         self.mapping: list[tuple[int, int, int]] = []  # (old start, old end, new start)
+        # Per piece of `mapping`: the source ids its verified claims were checked against.
+        self.verified: list[frozenset[str]] = []
         self.citations: list[Json] = []  # the primary item's, as the upstream sent them
         self.emitted: set[int] = set()
         self.out: list[SSEEvent] = []
@@ -117,15 +118,27 @@ class CohereFramer(Framer):
         if citations:
             end = max(c.end for c in citations)
             self.mapping.append((end - len(text), end, self.sent_len))
+            self.verified.append(frozenset(
+                cit.id for c in citations for cit in c.citations if cit.malformed is None
+            ))
         self.sent.append(text)
         self.sent_len += len(text)
-        self._cite({cit.id for c in citations for cit in c.citations if cit.malformed is None})
+        self._cite()
         return self._flush()
 
-    def _cite(self, verified: set[str] | None = None) -> None:
-        """Citations lying inside a released piece, at the offsets of the text sent. Mid-stream
-        (`verified` given) only those whose sources the released claims were verified with;
-        the others wait for the end, when the whole answer has been judged."""
+    def _piece(self, start: int, end: int) -> int | None:
+        """The released piece a span lies whole inside (its index in `mapping`); as `remap`."""
+        for n, (old_s, old_e, _) in enumerate(self.mapping):
+            if old_s <= start and end <= old_e:
+                return n
+        return None
+
+    def _cite(self) -> None:
+        """Citations lying inside a released piece, at the offsets of the text sent, whose
+        sources are all ids that piece's claims were verified with. A citation that came after
+        its claim was judged (or lies beside it, on the text between claims) was never checked:
+        any other source of it, a prose id or one the context lacks, is never sent, not even
+        at the end, when what the client was sent can no longer be judged again."""
         sent = "".join(self.sent)
         for k, c in enumerate(self.citations):
             if k in self.emitted:
@@ -133,11 +146,15 @@ class CohereFramer(Framer):
             s, e = c.get("start"), c.get("end")
             if type(s) is not int or type(e) is not int:
                 continue
-            moved = remap(s, e, self.mapping)
-            if moved is None or moved[1] > len(sent) or c.get("text") != sent[moved[0] : moved[1]]:
+            piece = self._piece(s, e)
+            if piece is None:
+                continue
+            old_s, _, new_s = self.mapping[piece]
+            moved = (new_s + s - old_s, new_s + e - old_s)
+            if moved[1] > len(sent) or c.get("text") != sent[moved[0] : moved[1]]:
                 continue
             ids = {str(src.get("id")) for src in c.get("sources") or [] if isinstance(src, dict)}
-            if verified is not None and not ids <= verified:
+            if not ids <= self.verified[piece]:
                 continue
             self.emitted.add(k)
             released = citation_json(c, moved[0], moved[1], sent[moved[0] : moved[1]])
