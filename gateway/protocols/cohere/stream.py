@@ -182,8 +182,11 @@ class CohereStreamParser(StreamParser):
     def _event(self, etype: str, data: Json) -> list[TextDelta]:
         if etype == "content-start":
             i = _index(data)
-            if i in self._items:
-                raise ProtocolError(f"{NAME}: content index {i} started twice")
+            if i != len(self._items):
+                # Items are numbered in the order they start: a text item's channel is its rank
+                # among the text items started, and a citation without `content_index` names
+                # the lowest-indexed one; an index out of that order would let the two differ.
+                raise ProtocolError(f"{NAME}: content index {i} is not the next one")
             part = self._part(self._message(data, etype, "content"), "content", etype,
                               "type", "text", "thinking")
             kind = part.get("type")
