@@ -21,7 +21,7 @@ from gateway.policy import ContextSpec, Policy, load_policy
 from gateway.protocols import get
 from gateway.protocols.cohere.context import document_text
 from gateway.sse import SSEEvent
-from gateway.types import Claim, Decision, Outcome, Report
+from gateway.types import Citation, Claim, Decision, Outcome, Report
 from tests import cohere_wire as w
 from tests.gateway_harness import run_gateway
 from tests.test_protocol_helpers import ROUTES
@@ -82,6 +82,69 @@ def test_an_id_two_documents_share_with_different_texts_names_neither() -> None:
     assert ctx_of(body) == {}
     same = {"documents": [{"id": "doc:1", "data": "same"}, "same"]}
     assert ctx_of(same) == {"doc:1": "same"}
+
+
+SYS_TAG = '<chunk id="kb:1">ninety-nine</chunk>'
+SAME_TAG = '<chunk id="kb:1">forty</chunk>'
+
+
+def _tool(*content: Any) -> list[dict[str, Any]]:
+    return [{"role": "assistant", "tool_calls": [w.tool_call("c1", "f", {})]},
+            {"role": "tool", "tool_call_id": "c1", "content": list(content)}]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": [{"role": "system", "content": SYS_TAG}], "documents": [
+            {"id": "kb:1", "data": "forty"}]},
+        {"documents": [{"id": "kb:1", "data": "forty"}, {"id": "kb:2", "data": SYS_TAG}]},
+        {"documents": [{"id": "kb:2", "data": SYS_TAG}, {"id": "kb:1", "data": "forty"}]},
+        {"documents": [{"id": "kb:1", "data": "forty"}],
+         "messages": _tool({"type": "text", "text": SYS_TAG})},
+        {"messages": [{"role": "system", "content": SYS_TAG},
+                      *_tool({"type": "document", "document": {"id": "kb:1", "data": "forty"}})]},
+        {"messages": [{"role": "system", "content": f"{SAME_TAG} {SYS_TAG}"}]},
+        {"messages": [{"role": "system", "content": SAME_TAG},
+                      {"role": "system", "content": SYS_TAG}]},
+    ],
+    ids=["system-tag", "tag-in-a-later-document", "tag-in-an-earlier-document", "tool-text-tag",
+         "tool-document", "two-tags-one-text", "two-tags-two-messages"],
+)
+def test_an_id_a_chunk_tag_and_another_source_give_different_texts_names_neither(
+    body: dict[str, Any],
+) -> None:
+    chunks = ctx_of(body)
+    assert "kb:1" not in chunks
+    assert chunks.get("kb:2") in (None, SYS_TAG)  # the other document keeps its own id
+
+
+def test_a_chunk_tag_repeating_a_document_or_wrapping_its_own_text_still_counts() -> None:
+    same = {"messages": [{"role": "system", "content": SAME_TAG}],
+            "documents": [{"id": "kb:1", "data": "forty"}]}
+    assert ctx_of(same) == {"kb:1": "forty"}
+    versioned = {"messages": [{"role": "system",
+                               "content": '<chunk id="kb:1" version="3">forty</chunk>'}],
+                 "documents": [{"id": "kb:1", "data": "forty"}]}
+    spec = ContextSpec.model_validate({})
+    chunk = build_context("cohere-chat", spec, request=versioned).chunks["kb:1"]
+    assert (chunk.text, chunk.version) == ("forty", "3")  # the tag, read first, is kept
+    # A document that wraps its text in a tag of its own id is one source: the tag's chunk.
+    wrapped = {"documents": [{"id": "kb:1", "data": f"Pump facts: {SAME_TAG}"}]}
+    assert ctx_of(wrapped) == {"kb:1": "forty"}
+    tool = {"messages": _tool({"type": "document", "document": {
+        "id": "kb:1", "data": f"Pump facts: {SAME_TAG}"}})}
+    assert ctx_of(tool) == {"kb:1": "forty"}
+
+
+def test_tags_refused_while_documents_are_weighed_are_still_counted() -> None:
+    body = {"messages": [{"role": "user", "content": SYS_TAG},
+                         *_tool({"type": "text", "text": SYS_TAG})],
+            "documents": [{"id": "kb:1", "data": "forty"}]}
+    spec = ContextSpec.model_validate({"trust": {"roles": ["system"]}})
+    ctx = build_context("cohere-chat", spec, request=body)
+    assert {c.id: c.text for c in ctx.chunks.values()} == {"kb:1": "forty"}
+    assert ctx.rejected == {"untrusted_role": 2, "untrusted_document": 1}
 
 
 # -- parsing --------------------------------------------------------------------------------------
@@ -234,6 +297,126 @@ def test_a_tool_call_delta_function_that_is_no_object_fails() -> None:
     with pytest.raises(ProtocolError):
         for ev in events(b"".join(w.frame(e) for e in evs)):
             parser.feed(ev)
+
+
+@pytest.mark.parametrize("order", [(1, 0), (0, 2), (0, 0)])
+def test_content_items_started_out_of_index_order_fail(order: tuple[int, int]) -> None:
+    """A text item's channel is its rank among the items started, a citation without
+    `content_index` names the lowest-indexed text item: only the order 0, 1, 2, … keeps the
+    two the same item."""
+    start = {"id": "m", "type": "message-start", "delta": {"message": {"role": "assistant"}}}
+    parser = ADAPTER.stream_parser(ROUTE)
+    parser.feed(SSEEvent(data=json.dumps(start), event="message-start"))
+    cs = {"type": "content-start", "delta": {"message": {"content": {"type": "text", "text": ""}}}}
+    with pytest.raises(ProtocolError, match="not the next one"):
+        for i in order:
+            parser.feed(SSEEvent(data=json.dumps({**cs, "index": i}), event="content-start"))
+
+
+def test_items_in_index_order_still_parse() -> None:
+    text = "One is 1."
+    body = w.body(text, [w.cite(text, "1", "x", content_index=1)], thinking="Hm.")
+    parser = ADAPTER.stream_parser(ROUTE)
+    for ev in events(w.events(body)):
+        parser.feed(ev)
+    answer = parser.finish()
+    assert [c.text for c in answer.channels] == [text, "Hm."]
+
+
+# -- logprobs -------------------------------------------------------------------------------------
+
+LP = "One is 1."
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"text": LP, "token_ids": [1, "PLANTED"], "logprobs": [-0.1, -0.2]},
+        {"text": LP, "token_ids": [1], "logprobs": {"note": "PLANTED"}},
+        {"text": LP, "token_ids": [1], "logprobs": ["PLANTED"]},
+        {"text": LP, "token_ids": [1, 2], "logprobs": [-0.1]},
+        {"text": LP, "token_ids": [True], "logprobs": [-0.1], "n": "PLANTED"},
+        {"text": LP, "token_ids": [1], "logprobs": [False], "n": "PLANTED"},
+        {"text": ["PLANTED"], "token_ids": [1], "logprobs": [-0.1]},
+        {"token_ids": [1], "logprobs": [-0.1], "n": "PLANTED"},
+        {"text": LP, "token_ids": "PLANTED"},
+        "PLANTED",
+    ],
+)
+@pytest.mark.parametrize("rule", ["pass", "verify"])
+def test_logprobs_of_another_shape_are_dropped_whole(entry: Any, rule: str) -> None:
+    body = w.body(LP)
+    body["logprobs"] = [entry]
+    answer = ADAPTER.parse(body, ROUTE)
+    assert "logprobs" not in answer.body and not answer.has_logprobs
+    assert answer.dropped  # recorded: a stream holding them is re-framed, never relayed
+    policy = Policy(name="t", routes=[ROUTE], channels={"logprobs": rule})
+    assert ADAPTER.needs_rewrite(answer, policy)
+    released = ADAPTER.render(answer, [], Outcome(Decision.RELEASED), Report((), "x"), policy)
+    assert "PLANTED" not in json.dumps(released)
+
+
+def test_logprob_entries_keep_their_known_keys_only() -> None:
+    body = w.body(LP)
+    body["logprobs"] = [{"text": "One ", "token_ids": [7, 8], "logprobs": [-0.1, -2],
+                         "n": "PLANTED"},
+                        {"text": "is 1.", "token_ids": [9], "logprobs": None}]
+    answer = ADAPTER.parse(body, ROUTE)
+    assert answer.body["logprobs"] == [
+        {"text": "One ", "token_ids": [7, 8], "logprobs": [-0.1, -2]},
+        {"text": "is 1.", "token_ids": [9], "logprobs": None}]
+    assert answer.dropped == [("top", ("logprobs", 0, "n"))]
+
+
+def test_clean_logprobs_are_kept_as_they_are() -> None:
+    body = w.body(LP)
+    body["logprobs"] = [{"text": "One ", "token_ids": [7, 8], "logprobs": [-0.1, -2.5]},
+                        {"text": "is 1.", "token_ids": [9]}]
+    answer = ADAPTER.parse(body, ROUTE)
+    assert answer.body["logprobs"] == body["logprobs"] and not answer.dropped
+    assert answer.has_logprobs and not ADAPTER.needs_rewrite(answer, POLICY)
+
+
+# -- progressive framing --------------------------------------------------------------------------
+
+
+def _claim(text: str, start: int, *ids: str) -> Claim:
+    cits = tuple(Citation(id=i, raw=i) for i in ids)
+    return Claim(index=0, channel=0, text=text, start=start, end=start + len(text),
+                 citations=cits)
+
+
+def _cite_event(j: int, start: int, end: int, text: str, source: str) -> SSEEvent:
+    c = {"start": start, "end": end, "text": text[start:end], "type": "TEXT_CONTENT",
+         "sources": [{"type": "document", "id": source}]}
+    return SSEEvent(data=json.dumps({"type": "citation-start", "index": j,
+                                     "delta": {"message": {"citations": c}}}),
+                    event="citation-start")
+
+
+def test_framer_sends_a_citation_only_with_the_sources_its_piece_was_verified_with() -> None:
+    one, two = "A is 1.", " B is 2."
+    text = one + two
+    framer = ADAPTER.progressive_framer(True)
+    framer.observe(SSEEvent(data=json.dumps({"type": "content-start", "index": 0, "delta": {
+        "message": {"content": {"type": "text", "text": ""}}}}), event="content-start"))
+    framer.observe(_cite_event(0, 0, len(one), text, "x"))
+    out = framer.text(one, [_claim(one, 0, "x")])
+    framer.observe(_cite_event(1, len(one) + 1, len(text), text, "y"))
+    out += framer.text(two, [_claim(two[1:], len(one) + 1, "y")])
+    # After both claims went out: on the first claim a source its claim was not checked with
+    # (another claim's, a prose id) or its own; on the space between the claims.
+    framer.observe(_cite_event(2, 0, 1, text, "y"))
+    framer.observe(_cite_event(3, 0, 1, text, "PLANTED prose"))
+    framer.observe(_cite_event(4, 0, 1, text, "x"))
+    framer.observe(_cite_event(5, len(one), len(one) + 1, text, "PLANTED"))
+    out += framer.tail(None, {"message": {"content": [{"type": "text", "text": text}]},
+                              "finish_reason": "COMPLETE"})
+    sent = [e["delta"]["message"]["citations"] for e in w.sse_data(out)
+            if e["type"] == "citation-start"]
+    assert [(c["start"], c["end"], c["sources"][0]["id"]) for c in sent] == [
+        (0, len(one), "x"), (len(one) + 1, len(text), "y"), (0, 1, "x")]
+    assert b"PLANTED" not in out
 
 
 # -- partial answers: citation offsets stay valid -------------------------------------------------
