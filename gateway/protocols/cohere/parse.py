@@ -16,7 +16,7 @@ from typing import Any
 
 from gateway.errors import ProtocolError
 from gateway.protocols.cohere.fields import BODY_TABLE, is_source_id
-from gateway.protocols.fields import FieldLog, clean, is_number
+from gateway.protocols.fields import FieldLog, clean
 from gateway.types import Answer, Channel, Citation
 
 __all__ = [
@@ -154,7 +154,9 @@ def _usage(body: Mapping[str, Any]) -> dict[str, int]:
     return out
 
 
-_LOGPROB_KEYS = ("text", "token_ids", "logprobs")
+_LOGPROB_KEYS = frozenset({"text", "token_ids", "logprobs"})
+_INT_TYPES = frozenset({int})
+_NUMBER_TYPES = frozenset({int, float})
 
 
 def _logprobs(lps: object, dropped: list[tuple[str, Path]]) -> list[Json] | None:
@@ -172,22 +174,26 @@ def _logprobs(lps: object, dropped: list[tuple[str, Path]]) -> list[Json] | None
             dropped.append(("top", ("logprobs",)))
             return None
         ids, probs = x.get("token_ids"), x.get("logprobs")
+        # Type sets, not a generator per value: an answer has an entry per few tokens.
         if (
             type(x.get("text")) is not str
             or type(ids) is not list
-            or not all(type(t) is int for t in ids)
+            or not set(map(type, ids)) <= _INT_TYPES
             or (probs is not None and (
                 type(probs) is not list
                 or len(probs) != len(ids)
-                or not all(is_number(p) for p in probs)
+                or not set(map(type, probs)) <= _NUMBER_TYPES
             ))
         ):
             dropped.append(("top", ("logprobs",)))
             return None
+        if x.keys() <= _LOGPROB_KEYS:
+            out.append(x)
+            continue
         for key in x:
             if key not in _LOGPROB_KEYS:
                 dropped.append(("top", ("logprobs", n, key)))
-        out.append({k: x[k] for k in _LOGPROB_KEYS if k in x})
+        out.append({k: v for k, v in x.items() if k in _LOGPROB_KEYS})
     return out
 
 
