@@ -402,3 +402,21 @@ def test_a_partial_answer_that_lost_only_a_tool_call_carries_the_disclosure(
     assert resp.status == 200, resp.raw[:800]
     assert_no_leak(resp)
     assert Templates().partial in spec.answer_text(resp), resp.body[-1500:]
+
+
+@pytest.mark.parametrize("where", ["before-end", "after-end"])
+def test_a_released_claim_that_a_late_citation_fails_ends_the_stream_with_an_error(
+    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream], where: str
+) -> None:
+    """DESIGN §5: never a clean end after a claim that fails. A Cohere citation with a source
+    not in the context, inside the first claim, arrives after that claim went out: judged
+    whole, the claim fails; what went out cannot be taken back, so the stream ends with the
+    error event (its citation never goes out, either)."""
+    from tests.attacks.test_cohere_more import COHERE, _late, _stream
+
+    resp = run_case(gateway, upstream, COHERE, "progressive",
+                    _stream(_late(f"{MARKER}:404", where)))
+    assert resp.status == 200, resp.raw[:800]
+    assert_no_leak(resp)
+    assert b'"finish_reason": "COMPLETE"' not in resp.body, resp.body[-800:]
+    assert b'"finish_reason": "ERROR"' in resp.body, resp.body[-800:]
