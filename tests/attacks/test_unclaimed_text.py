@@ -267,6 +267,16 @@ def _bedrock_tool(args: dict[str, Any], mode: Mode) -> Json | None:
                                                     "input": args}}, stop="tool_use"))
 
 
+def _cohere_tool(args: dict[str, Any], mode: Mode) -> Json | None:
+    if mode != "json":
+        return None
+    from tests import cohere_wire
+
+    return Json(cohere_wire.body(
+        GOOD, tool_calls=[cohere_wire.tool_call("call_1", "lookup", args)]
+    ))
+
+
 def _openai_tool(args: dict[str, Any], mode: Mode) -> Json | Stream | None:
     return _oa_tool_plant(function={"arguments": json.dumps(args)}).behaviour(mode)
 
@@ -290,6 +300,7 @@ TOOLS: dict[str, tuple[Any, Callable[[dict[str, Any], Mode], Json | Stream | Non
     "anthropic-messages": (ANTHROPIC, _anthropic_tool),
     "gemini": (REGISTRY["gemini"], _gemini_tool),
     "bedrock-converse": (BEDROCK, _bedrock_tool),
+    "cohere-chat": (REGISTRY["cohere-chat"], _cohere_tool),
 }
 
 

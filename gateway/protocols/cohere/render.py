@@ -245,6 +245,15 @@ def partial_body(
             drop_reasoning.add(channel.path)
         else:
             drop_calls.add(int(channel.path[2]))
+    if not edits and (drop_reasoning or drop_calls):
+        # Only a tool call or reasoning went: the first text item says so all the same.
+        first = next(
+            (ch for ch in answer.channels if ch.kind == "content" and ch.path[0] == TEXT), None
+        )
+        if first is not None:
+            text = first.text
+            new = f"{text}\n\n{disclosure}" if text else disclosure
+            edits[items[int(first.path[1])]] = (new, [(0, len(text), 0)])
     return released_body(answer, policy, edits, drop_reasoning, drop_calls)
 
 
