@@ -50,6 +50,33 @@ def test_correct_citation_is_released_with_it(
     assert [c["location"] for c in cits] == [CITATION["location"]]
 
 
+_LOCATION = {"documentChar": {"documentIndex": 0, "start": 0, "end": len(CHUNK_TEXT)}}
+NOT_TEXT = {
+    "object": {"note": f"The pump was designed by {MARKER} in 1931."},
+    "list": [f"{MARKER} designed it."],
+}
+
+
+@pytest.mark.parametrize("mode", ["json", "buffer", "progressive"])
+@pytest.mark.parametrize("shape", list(NOT_TEXT))
+def test_source_content_that_is_not_text_never_rides_along(
+    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream], mode: Mode, shape: str
+) -> None:
+    """A piece of `sourceContent` beside the checked slice whose `text` is no string: the
+    cited text was the string pieces alone, so the other one went out unchecked."""
+    cit = {"sourceContent": [{"text": CHUNK_TEXT}, {"text": NOT_TEXT[shape]}],
+           "location": _LOCATION}
+    block = w.cited(CLAIM, cit)
+    behaviour: Json | Stream = (
+        Json(w.body(block)) if mode == "json"
+        else Stream(framed(events([block])), seed=3, max_piece=97, delay=0.0)
+    )
+    req = with_document(BEDROCK.request(QUESTION, mode != "json"))
+    resp = run_case(gateway, upstream, BEDROCK, mode, behaviour, request=req)
+    assert resp.status != 500, resp.raw[:800]
+    assert not leaks(resp), resp.body[:800]
+
+
 def test_scanner_reads_an_event_stream() -> None:
     escaped = "".join(f"\\u{ord(c):04x}" for c in MARKER)
     payload = ('{"contentBlockIndex": 0, "delta": {"text": "' + escaped + '"}}').encode()

@@ -52,9 +52,10 @@ def native_citation(raw: object) -> Citation:
     pieces = raw.get("sourceContent")
     cited = ""
     if isinstance(pieces, list):
-        cited = "".join(
-            p["text"] for p in pieces if isinstance(p, Mapping) and isinstance(p.get("text"), str)
-        )
+        # Every piece is checked text: one of another shape would ride along unchecked.
+        if not all(isinstance(p, Mapping) and type(p.get("text")) is str for p in pieces):
+            raise ProtocolError("bedrock-converse: a citation's source content is not text")
+        cited = "".join(p["text"] for p in pieces)
     location = raw.get("location")
     if isinstance(location, Mapping) and len(location) == 1:
         (member, loc), = location.items()
