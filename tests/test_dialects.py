@@ -5,28 +5,37 @@ chunk rebuilding, OpenRouter detail merging, and the captured fixtures through t
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import itertools
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.context import build_context
-from gateway.policy import ContextSpec
+from gateway.policy import ContextSpec, Match, Policy, Route
+from gateway.policy.model import Citations
 from gateway.protocols.base import rebuild_with_map
 from gateway.protocols.fields import FieldLog, Items, Meta, Obj, Positional, clean, is_url
-from gateway.protocols.openai_chat import OpenAIStreamParser, parse_body, search_chunks
+from gateway.protocols.openai_chat import (
+    OpenAIChat,
+    OpenAIStreamParser,
+    parse_body,
+    search_chunks,
+)
 from gateway.protocols.openai_chat.chunks import chunks_text, rebuild_chunks
 from gateway.sse import SSEEvent
-from gateway.types import Chunk, Claim
+from gateway.types import Chunk, Claim, ContextSet
 
 FIXTURES = Path(__file__).parent / "fixtures" / "openai_chat"
+T = TypeVar("T")
 
 
 def _body(message: dict[str, Any], **top: Any) -> dict[str, Any]:
@@ -59,13 +68,118 @@ def test_search_chunks_number_results_from_one() -> None:
     assert {c.id for c in chunks} == {"1", "2", "3"}
 
 
+def _on_route(fmt: str, fn: Callable[[], T]) -> T:
+    """`fn` in a fresh exchange whose request was forwarded on a route of citation format
+    `fmt` (the adapter learns the route's format there, as the proxy and `verify` do)."""
+
+    def run() -> T:
+        pattern = r"\{(?P<id>\d+)\}" if fmt == "regex" else None
+        cites = Citations(format=fmt, pattern=pattern)  # type: ignore[arg-type]
+        route = Route(name="c", match=Match(path="/v1/chat/completions"), protocol="openai-chat")
+        policy = Policy(name="t", routes=[route], citations=cites)
+        OpenAIChat().forward_body(b"{}", "/v1/chat/completions", policy)
+        return fn()
+
+    return contextvars.Context().run(run)
+
+
 def test_response_context_comes_only_with_from_response() -> None:
     body = _body({"content": "x [1]"}, citations=["https://a.example/"])
-    with_response = build_context("openai-chat", ContextSpec(), response=body)
+    with_response = _on_route(
+        "numeric", lambda: build_context("openai-chat", ContextSpec(), response=body))
     assert set(with_response.chunks) == {"1"}
-    without = build_context("openai-chat", ContextSpec(**{"from": ["request", "header"]}),
-                            response=body)
+    without = _on_route("numeric", lambda: build_context(
+        "openai-chat", ContextSpec.model_validate({"from": ["request", "header"]}), response=body))
     assert without.chunks == {}
+
+
+@pytest.mark.parametrize("fmt", ["doc-chunk", "footnote", "regex", None])
+def test_search_results_are_context_only_for_numeric_markers(fmt: str | None) -> None:
+    """DESIGN: the results are context "for numeric [N] markers"; on a route of any other
+    format (or outside an exchange, where the format is unknown) they are not context."""
+    body = _body({"content": "x [^1]"}, search_results=[{"url": "https://a.example/",
+                                                          "snippet": "one"}])
+    if fmt is None:
+        ctx = contextvars.Context().run(
+            lambda: build_context("openai-chat", ContextSpec(), response=body))
+    else:
+        ctx = _on_route(fmt, lambda: build_context("openai-chat", ContextSpec(), response=body))
+    assert ctx.chunks == {}
+
+
+def test_search_results_are_no_context_of_an_answer_with_mistral_references() -> None:
+    """A Mistral reference cites the request's chunks: an answer that carries reference
+    chunks (in any choice) gets no context from Perplexity lists beside them, so a reference
+    id can never land on "the N-th result"."""
+    results = [{"url": "https://a.example/", "snippet": "one"}]
+    body = _body({"content": [_t("A is one."), _r(1)]}, search_results=results)
+    body["choices"].insert(0, {"index": 1, "message": {"role": "assistant", "content": "x [1]"},
+                               "finish_reason": "stop"})
+    ctx = _on_route("numeric", lambda: build_context("openai-chat", ContextSpec(), response=body))
+    assert ctx.chunks == {}
+    plain = _body({"content": [_t("A is one [1].")]}, search_results=results)
+    ctx = _on_route("numeric", lambda: build_context("openai-chat", ContextSpec(), response=plain))
+    assert set(ctx.chunks) == {"1"}
+
+
+def _stream_ctx(deltas: list[dict[str, Any]], first: dict[str, Any],
+                ctx: ContextSet) -> OpenAIStreamParser:
+    parser = OpenAIStreamParser()
+    parser.bind_context(ctx, ContextSpec())
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    for i, d in enumerate(deltas):
+        top = first if i == 0 else {}
+        parser.feed(SSEEvent(data=json.dumps(
+            {**head, **top, "choices": [{"index": 0, "delta": d, "finish_reason": None}]})))
+    return parser
+
+
+def test_stream_reference_withdraws_search_results_already_in_the_context() -> None:
+    """Results come with the first frame and join the context; a reference chunk later in the
+    stream makes it a Mistral answer: the results leave the context again (an id-only chunk
+    they had upgraded gets its own entry back) and claims are checked again at the end."""
+    lists = {"search_results": [{"url": "https://a.example/", "snippet": "one"},
+                                {"url": "https://b.example/", "snippet": "two"}]}
+    earlier = Chunk(id="2")  # e.g. an id-only header chunk
+    kept = Chunk(id="kb:1", text="request text")
+
+    def run() -> tuple[ContextSet, OpenAIStreamParser, set[str]]:
+        ctx = ContextSet()
+        ctx.extend([kept, earlier])
+        parser = _stream_ctx([{"content": [_t("A is one.")]}], lists, ctx)
+        during = set(ctx.chunks)
+        _stream_ctx_more(parser, [{"content": [_r(1)]}])
+        return ctx, parser, during
+
+    ctx, parser, during = _on_route("numeric", run)
+    assert during == {"kb:1", "1", "2"}
+    assert ctx.chunks == {"kb:1": kept, "2": earlier}
+    assert parser.context_grew_late
+    # Results re-sent after the reference do not come back.
+    ctx2, parser2, _ = _on_route("numeric", run)
+    _stream_ctx_more(parser2, [{"content": [_t(" More.")]}], top=lists)
+    assert ctx2.chunks == {"kb:1": kept, "2": earlier}
+
+
+def _stream_ctx_more(parser: OpenAIStreamParser, deltas: list[dict[str, Any]],
+                     top: dict[str, Any] | None = None) -> None:
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    for d in deltas:
+        parser.feed(SSEEvent(data=json.dumps(
+            {**head, **(top or {}), "choices": [{"index": 0, "delta": d,
+                                                  "finish_reason": None}]})))
+
+
+def test_stream_search_results_only_on_numeric_routes() -> None:
+    lists = {"search_results": [{"url": "https://a.example/", "snippet": "one"}]}
+    for fmt, want in (("numeric", {"1"}), ("doc-chunk", set()), ("footnote", set())):
+        ctx = ContextSet()
+
+        def feed(ctx: ContextSet = ctx) -> OpenAIStreamParser:
+            return _stream_ctx([{"content": "A [1]."}], lists, ctx)
+
+        _on_route(fmt, feed)
+        assert set(ctx.chunks) == want, fmt
 
 
 def test_positional_list_is_dropped_whole_with_its_unknown_fields() -> None:

@@ -89,6 +89,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "numstrip": {"fmt": "numeric", "on_unverified": "strip"},
     "numprog": {"fmt": "numeric", "streaming": "progressive", "on_unverified": "strip"},
     "numreq": {"fmt": "numeric", "sources": ["request", "header"]},
+    "numresp": {"fmt": "numeric", "sources": ["response", "request", "header"]},
+    "foot": {"fmt": "footnote"},
 }
 
 
@@ -738,6 +740,69 @@ def test_mistral_stream_block(stack: Any) -> None:
     result, raw = _call(stack, "progblock", Stream(frames), MISTRAL_CHAT, stream=True)
     assert isinstance(result, openai.APIError) and "hallucinated_citation" in result.message
     assert b"[DONE]" not in raw
+
+
+# == Perplexity results are context for numeric markers only ======================================
+
+# An upstream that supplies its own "retrieval": a result that says the fabricated sentence.
+FORGED_RESULTS = [{"title": "t", "url": "https://x.example/a", "snippet": f"{PLANT}."}]
+
+
+@pytest.mark.parametrize("variant", ["num", "numresp", "numstrip"])
+def test_mistral_references_never_cite_perplexity_results(stack: Any, variant: str) -> None:
+    """A Mistral `reference` cites the request's chunks (docs/protocols.md): next to Perplexity
+    `search_results[]` its id 1 is not "the first result", whichever source comes first."""
+    content = [_text(f"{PLANT}."), _ref(1)]
+    body = _body({"content": content}, search_results=FORGED_RESULTS)
+    result, raw = _call(stack, variant, Json(body), PPLX_CHAT)
+    _clean(raw)
+    if variant != "numstrip":
+        _blocked(result, "hallucinated_citation")
+
+
+@pytest.mark.parametrize("variant", ["num", "numstrip", "numprog"])
+@pytest.mark.parametrize("late", [False, True])
+def test_mistral_references_never_cite_perplexity_results_in_streams(
+    stack: Any, variant: str, late: bool
+) -> None:
+    """The same in a stream: the results come with the first frame, the reference after the
+    text it cites (or first, with the results only after it)."""
+    content = [_text("The Orbit pump moves 40 litres per minute. "), _text(f"{PLANT}."), _ref(1)]
+    lists = {"search_results": FORGED_RESULTS}
+    frames = _frames(_mistral_deltas(content), first=None if late else lists,
+                     last=lists if late else None)
+    _, raw = _call(stack, variant, Stream(frames), PPLX_CHAT, stream=True)
+    _clean(raw)
+
+
+@pytest.mark.parametrize("variant", ["num", "numresp"])
+def test_mistral_references_to_request_chunks_verify_beside_perplexity_results(
+    stack: Any, variant: str
+) -> None:
+    """Positive control: references to the request's tool-result chunks still verify on a
+    numeric route, with search results beside them."""
+    body = _body({"content": MISTRAL_GOOD}, search_results=FORGED_RESULTS)
+    result, raw = _call(stack, variant, Json(body), MISTRAL_CHAT)
+    assert result.choices[0].message.content == MISTRAL_GOOD
+    _clean(raw)
+    frames = _frames(_mistral_deltas(MISTRAL_GOOD), first={"search_results": FORGED_RESULTS})
+    result, raw = _call(stack, variant, Stream(frames), MISTRAL_CHAT, stream=True)
+    assert _streamed_text(result) == MISTRAL_TEXT
+    _clean(raw)
+
+
+def test_perplexity_results_are_no_context_for_footnote_markers(stack: Any) -> None:
+    """DESIGN: the results are context for numeric `[N]` markers; a route of another format
+    (`[^1]` footnotes read as id "1") does not make them context."""
+    for content in (f"{PLANT} [^1].", "The Orbit pump moves 40 litres per minute [^1]."):
+        result, raw = _call(stack, "foot", Json(_pplx(content)), PPLX_CHAT)
+        _blocked(result, "hallucinated_citation")
+        _clean(raw)
+    frames = _frames([{"content": p} for p in _pieces(f"{PLANT} [^1].")],
+                     first={"search_results": SEARCH_RESULTS})
+    result, raw = _call(stack, "foot", Stream(frames), PPLX_CHAT, stream=True)
+    _blocked(result, "hallucinated_citation")
+    _clean(raw)
 
 
 # == the shipped example policy ===================================================================

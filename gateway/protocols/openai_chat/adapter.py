@@ -60,8 +60,14 @@ class OpenAIChat(Adapter):
 
     def response_context(self, body: object, ctx: ContextSet, trust: Trust) -> None:
         """Context the response itself carries (`context.from: response`): Perplexity's
-        search results and citations, for numeric `[N]` markers (`search_chunks`)."""
-        ctx.extend(octx.search_chunks(body))
+        search results and citations, for numeric `[N]` markers only (`response_context`)."""
+        octx.response_context(body, ctx)
+
+    def forward_body(self, raw: bytes, path_qs: str, policy: Policy) -> bytes:
+        """The request as sent; this exchange learns its route's citation format here, which
+        decides whether search results in the answer are context (`set_route_format`)."""
+        octx.set_route_format(policy.citations.format)
+        return raw
 
     def retry_request(self, request: dict[str, Any], instruction: str) -> dict[str, Any]:
         messages = request.setdefault("messages", [])

@@ -1,9 +1,17 @@
 """Where an openai-chat exchange's context comes from (DESIGN §3): chunk tags in the trusted
 messages of the request, and the search results a Perplexity answer carries (`[N]` markers).
+
+The search results are the upstream's own retrieval, and DESIGN makes them context for one
+thing only: numeric `[N]` markers in the text, "the N-th result". So they join the context
+only on a route whose `citations.format` is `numeric` (learnt per exchange when its request is
+forwarded, `set_route_format`; unknown means no), and never for an answer that carries Mistral
+`reference` chunks: those are native citations of the request's chunks, and a reference id
+(`1`) must not land on "the first result" (`results_are_context`).
 """
 
 from __future__ import annotations
 
+import contextvars
 import re
 from collections.abc import Mapping
 
@@ -11,7 +19,28 @@ from gateway.context import DEFAULT_TRUST, Trust, content_texts, read_tags
 from gateway.protocols.fields import is_url
 from gateway.types import Chunk, ContextSet
 
-__all__ = ["request_context", "search_chunks"]
+__all__ = [
+    "has_references",
+    "numeric_route",
+    "request_context",
+    "response_context",
+    "search_chunks",
+    "set_route_format",
+]
+
+# Whether this exchange's route reads numeric `[N]` markers (set when its request is
+# forwarded, per request task). Unknown means no: the results are then no context.
+_NUMERIC: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "citewarden_openai_chat_numeric", default=False
+)
+
+
+def set_route_format(fmt: str) -> None:
+    _NUMERIC.set(fmt == "numeric")
+
+
+def numeric_route() -> bool:
+    return _NUMERIC.get()
 
 # OpenAI message roles whose text is read; assistant turns (earlier model output) never are.
 _OPENAI_ROLES = {
@@ -72,3 +101,23 @@ def search_chunks(body: object) -> list[Chunk]:
         if is_url(url):
             out.append(Chunk(id=str(pos), source=url))
     return out
+
+
+def has_references(body: object) -> bool:
+    """Whether any choice's `message.content` is a list holding a Mistral `reference` chunk."""
+    choices = body.get("choices") if isinstance(body, Mapping) else None
+    for choice in choices if isinstance(choices, list) else []:
+        msg = choice.get("message") if isinstance(choice, Mapping) else None
+        content = msg.get("content") if isinstance(msg, Mapping) else None
+        if isinstance(content, list) and any(
+            isinstance(c, Mapping) and c.get("type") == "reference" for c in content
+        ):
+            return True
+    return False
+
+
+def response_context(body: object, ctx: ContextSet) -> None:
+    """The context a whole answer carries: its Perplexity search results, on a numeric route
+    and when it has no Mistral references (module docstring)."""
+    if numeric_route() and not has_references(body):
+        ctx.extend(search_chunks(body))

@@ -4,7 +4,9 @@ sans-io: `feed(event) -> text deltas`, `finish() -> Answer` (through `parse_body
 Each frame is parsed once (`loads_unique`) and checked whole against `FRAME_TABLE`. Pieces of
 a text are kept in lists and joined once at the end, so assembly is linear in the stream.
 Mistral reference chunks of the primary text are native citations at their offsets
-(`native_spans`); Perplexity search results join the context as they arrive (`bind_context`).
+(`native_spans`); Perplexity search results join the context as they arrive (`bind_context`),
+on numeric routes only, and leave it again when a reference chunk shows the answer is Mistral's
+(its references cite the request's chunks, never "the N-th result": `_saw_reference`).
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from gateway.protocols.openai_chat.chunks import (
     native_span,
     reference_citations,
 )
-from gateway.protocols.openai_chat.context import search_chunks
+from gateway.protocols.openai_chat.context import numeric_route, search_chunks
 from gateway.protocols.openai_chat.fields import FRAME_TABLE, REASONING_KEYS, SEARCH_KEYS
 from gateway.protocols.openai_chat.parse import parse_body
 from gateway.sse import SSEEvent
-from gateway.types import Answer, Citation, ContextSet
+from gateway.types import Answer, Chunk, Citation, ContextSet
 
 __all__ = ["OpenAIStreamParser"]
 
@@ -93,11 +95,16 @@ class OpenAIStreamParser(StreamParser):
         self._search: Json = {}
         self._ctx: ContextSet | None = None
         self.context_grew_late = False
+        # Each id a search result took in `_ctx`: (what the context had there before, the
+        # result's chunk), so the results can leave it again (`_saw_reference`).
+        self._placed: dict[str, tuple[Chunk | None, Chunk]] = {}
+        self._references = False  # a Mistral reference chunk was seen, in any choice
 
     def bind_context(self, ctx: ContextSet, spec: ContextSpec) -> None:
         """Perplexity search results that arrive in the stream join `ctx` as they come (on
-        routes whose context comes from the response), before the claims that cite them."""
-        if "response" in getattr(spec, "from_", ()):
+        routes whose context comes from the response and whose markers are numeric), before
+        the claims that cite them."""
+        if "response" in getattr(spec, "from_", ()) and numeric_route():
             self._ctx = ctx
 
     @property
@@ -139,14 +146,43 @@ class OpenAIStreamParser(StreamParser):
             else:
                 self._dropped.append(("frame", (key,)))
                 continue
-            if self._ctx is not None:
-                before = dict(self._ctx.chunks)
-                self._ctx.extend(search_chunks(self._search))
+            if self._ctx is not None and not self._references and self._add_results(self._ctx):
                 st = self._choices.get(0)
-                if self._ctx.chunks != before and st is not None and st.content_length():
+                if st is not None and st.content_length():
                     # Claims checked before this context arrived are checked again at the end
                     # (buffer mode; in progressive mode they have been decided already).
                     self.context_grew_late = True
+
+    def _add_results(self, ctx: ContextSet) -> bool:
+        """The search results into `ctx` (an id already there keeps its chunk, as `add`
+        does); whether any took an id, each remembered with what it replaced."""
+        placed = False
+        for c in search_chunks(self._search):
+            prev = ctx.chunks.get(c.id)
+            ctx.add(c)
+            if ctx.chunks.get(c.id) is c:
+                first = self._placed.get(c.id)
+                self._placed[c.id] = (prev if first is None else first[0], c)
+                placed = True
+        return placed
+
+    def _saw_reference(self) -> None:
+        """A Mistral reference chunk: the answer cites the request's chunks natively, so search
+        results are no context of it (a reference id must never resolve to "the N-th result").
+        Those already in the context leave it before any claim can carry the reference, and
+        claims checked against them are checked again at the end (buffer mode)."""
+        self._references = True
+        ctx = self._ctx
+        if ctx is None or not self._placed:
+            return
+        for cid, (prev, mine) in self._placed.items():
+            if ctx.chunks.get(cid) is mine:
+                if prev is None:
+                    del ctx.chunks[cid]
+                else:
+                    ctx.chunks[cid] = prev
+        self._placed.clear()
+        self.context_grew_late = True
 
     @property
     def done(self) -> bool:
@@ -243,6 +279,10 @@ class OpenAIStreamParser(StreamParser):
                 continue
             if key == "content" and isinstance(value, list):
                 out.extend(self._content_chunks(st, keys, value))
+                if not self._references and any(
+                    isinstance(c, dict) and c.get("type") == "reference" for c in value
+                ):
+                    self._saw_reference()
             elif key == "reasoning_details" and isinstance(value, list):
                 if not _merge_details(st, value):
                     self._dropped.append(("delta", ("choices", i, "delta", key)))
