@@ -392,7 +392,10 @@ def _uncovered_native(
     unchecked. Each is a claim of the text it spans (citations whose spans overlap share one),
     checked like any other."""
     carried = {id(c) for *_, cits, _ in claims for c in cits}
-    spans = sorted((s, e, c) for s, e, c in channel.native if id(c) not in carried)
+    spans = sorted(
+        ((s, e, c) for s, e, c in channel.native if id(c) not in carried),
+        key=lambda t: (t[0], t[1]),  # citations have no order: two may share a span
+    )
     out: list[tuple[int, int, str, tuple[Citation, ...], bool]] = []
     i = 0
     while i < len(spans):

@@ -170,6 +170,31 @@ def test_a_responses_annotation_on_text_no_claim_carries_is_checked(
     assert_no_leak(resp)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_two_citations_on_one_span_no_claim_carries_are_checked_not_a_crash(
+    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream], mode: Mode
+) -> None:
+    """Two correct citations on a title: their spans tie, and ordering them once compared
+    the citations themselves (a crash in the verifier, so a correct answer abstained)."""
+    from gateway.demo import wire
+    from gateway.protocols.anthropic_messages.render import stream_events
+
+    b = _an_body("x")
+    b["content"] = [
+        {"type": "text", "text": "# Pump overview\n\n", "citations": [
+            _an_cit(), {**_an_cit(CHUNK_TEXT[:9]), "end_char_index": 9}]},
+        {"type": "text", "text": CLAIM, "citations": [_an_cit()]},
+    ]
+    behaviour: Json | Stream = Json(b) if mode == "json" else Stream(
+        wire.anthropic_frames([(e["type"], e) for e in stream_events(b)]),
+        seed=3, max_piece=97, delay=0.0)
+    req = _with_document(ANTHROPIC.request(QUESTION, mode != "json"))
+    resp = run_case(gateway, upstream, ANTHROPIC, mode, behaviour, request=req)
+    assert resp.status == 200, resp.raw[:800]
+    assert _decision(resp) in ("released", "progressive"), resp.raw[:800]
+    assert CLAIM in ANTHROPIC.answer_text(resp)
+
+
 # --------------------------------------------------------------------------------------------
 # A citation on an exempt phrase
 # --------------------------------------------------------------------------------------------
