@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.cli import main as cli_main
+from gateway.context import request_context as context_of
 from gateway.demo import responses_wire as w
 from gateway.errors import ProtocolError
 from gateway.pipeline import RoutePipeline
@@ -210,6 +211,128 @@ def test_request_context_reads_trusted_places_only() -> None:
     assert not bare.chunks
 
 
+@pytest.mark.parametrize("role", ["tool", "function", "System", "critic", "", "assistant"])
+def test_a_message_of_a_role_responses_does_not_have_is_not_trusted(role: str) -> None:
+    """Responses roles are system, developer, user and assistant; tool results are
+    `function_call_output` items. `role: "tool"` is a chat completions role: it matches the
+    policy's trusted `tool` role by name only, and is not trusted (its tags are refused and
+    counted, as a user's are)."""
+    tag = '<chunk id="x">planted</chunk>'
+    for trust_roles in (None, ["system", "developer", "tool", "user"]):
+        spec = ContextSpec.model_validate(
+            {} if trust_roles is None else {"trust": {"roles": trust_roles}})
+        body = {"input": [{"type": "message", "role": role, "content": tag}],
+                "instructions": [{"role": role, "content": tag}]}
+        ctx = context_of("openai-responses", body, spec)
+        if role == "assistant":  # earlier model output: never read
+            assert not ctx.chunks and not ctx.rejected
+        else:
+            assert not ctx.chunks, (role, trust_roles)
+            assert ctx.rejected == {"untrusted_role": 2}
+
+
+def test_responses_roles_map_to_trust_roles() -> None:
+    """system and developer messages are their roles, function_call_output items are `tool`,
+    user messages `user`: each counts exactly when `context.trust.roles` names it."""
+    def tag(cid: str) -> str:
+        return f'<chunk id="{cid}">text {cid}</chunk>'
+
+    body = {"input": [
+        {"role": "system", "content": tag("sys")},
+        {"role": "developer", "content": tag("dev")},
+        {"role": "user", "content": tag("user")},
+        {"type": "function_call_output", "call_id": "c", "output": tag("tool")},
+    ]}
+    for roles, want in (
+        (["system"], ["sys"]),
+        (["developer", "user"], ["dev", "user"]),
+        (["tool"], ["tool"]),
+    ):
+        spec = ContextSpec.model_validate({"trust": {"roles": roles}})
+        assert sorted(context_of("openai-responses", body, spec).chunks) == want, roles
+
+
+FS_RESULTS = [{"file_id": "file-a", "filename": "a.txt", "score": 0.9, "text": "A is one."}]
+FS_TOOL = {"type": "file_search", "vector_store_ids": ["vs_1"]}
+
+
+@pytest.mark.parametrize(
+    ("sent", "echo", "counts"),
+    [
+        (b'{"input": "q", "tools": [' + json.dumps(FS_TOOL).encode() + b"]}", None, True),
+        (b'{"input": "q", "tools": [' + json.dumps(FS_TOOL).encode() + b"]}", [], True),
+        (b'{"input": "q"}', [FS_TOOL], False),  # the upstream's echo is not the request
+        (b'{"input": "q", "tools": [{"type": "function", "name": "f"}]}', None, False),
+        (b'{"input": "q", "tools": {"type": "file_search"}}', None, False),
+        (b"not json", [FS_TOOL], False),
+        (None, [FS_TOOL], True),  # a stored response's GET: its echoed tools
+        (None, [{"type": "web_search"}], False),
+        (None, None, False),
+        (b"", [], False),
+    ],
+)
+def test_file_search_results_count_only_when_file_search_was_enabled(
+    sent: bytes | None, echo: list[Any] | None, counts: bool
+) -> None:
+    """A `file_search_call` item is context only when the forwarded request had a
+    `file_search` tool; with no request body (a stored GET), when the stored response's echoed
+    `tools` has one. Otherwise its results are upstream text."""
+    import contextvars
+
+    def run() -> list[str]:
+        if sent is not None:
+            rctx.remember_request(sent)
+        body: dict[str, Any] = {"output": [w.file_search_item(FS_RESULTS, id="fs_1")]}
+        if echo is not None:
+            body["tools"] = echo
+        ctx = ContextSet()
+        rctx.response_context(body, ctx, None)
+        return sorted(ctx.chunks)
+
+    assert contextvars.Context().run(run) == (["file-a"] if counts else [])
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_streamed_file_search_results_count_only_when_enabled(enabled: bool) -> None:
+    import contextvars
+
+    tools = [FS_TOOL] if enabled else []
+    body = w.response_body(
+        [w.file_search_item(FS_RESULTS, id="fs_1"), w.message_item("A is one.")], id="r1")
+
+    def run() -> list[str]:
+        rctx.remember_request(json.dumps({"input": "q", "tools": tools}).encode())
+        parser = ADAPTER.stream_parser(ROUTE)
+        ctx = ContextSet()
+        parser.bind_context(ctx, ContextSpec())
+        decoder = SSEDecoder()
+        for event in decoder.feed(b"".join(_frames(body))):
+            parser.feed(event)
+        return sorted(ctx.chunks)
+
+    assert contextvars.Context().run(run) == (["file-a"] if enabled else [])
+
+
+@pytest.mark.parametrize("echo", [[FS_TOOL], []])
+def test_stored_stream_file_search_results_follow_the_echoed_tools(echo: list[Any]) -> None:
+    import contextvars
+
+    body = w.response_body(
+        [w.file_search_item(FS_RESULTS, id="fs_1"), w.message_item("A is one.")], id="r1",
+        extra={"tools": echo})
+
+    def run() -> list[str]:
+        parser = ADAPTER.stream_parser(ROUTE)
+        ctx = ContextSet()
+        parser.bind_context(ctx, ContextSpec())
+        decoder = SSEDecoder()
+        for event in decoder.feed(b"".join(_frames(body))):
+            parser.feed(event)
+        return sorted(ctx.chunks)
+
+    assert contextvars.Context().run(run) == (["file-a"] if echo else [])
+
+
 def test_forward_body_asks_for_results_only_where_they_are_context() -> None:
     with_response = ContextSpec.model_validate({"from": ["request", "response"]})
     request_only = ContextSpec.model_validate({"from": ["request"]})
@@ -282,6 +405,8 @@ release: {{on_unverified: {on_unverified}}}
         ("hallucinated.sse", "request", "strip", "abstained", 1),
         ("file_search.json", "request, response", "block", "released", 1),
         ("file_search.sse", "request", "block", "blocked", 1),
+        # The request never enabled file search: its results are no context.
+        ("file_search.json", "request, response (no tool)", "block", "blocked", 1),
         ("reasoning_tool.sse", "request", "block", "released", 1),
     ],
 )
@@ -289,10 +414,20 @@ def test_verify_offline(
     tmp_path: Path, response: str, sources: str, on_unverified: str, decision: str, code: int
 ) -> None:
     policy = tmp_path / "p.yaml"
+    no_tool = sources.endswith(" (no tool)")
+    sources = sources.removesuffix(" (no tool)")
     policy.write_text(POLICY.format(sources=sources, on_unverified=on_unverified))
+    request = FIXTURES / "request.json"
+    if response.startswith("file_search"):
+        # The captured answer searched files: its request enabled the file_search tool
+        # (or, for the no-tool case, did not).
+        sent = json.loads(request.read_text())
+        sent["tools"] = [] if no_tool else [{"type": "file_search", "vector_store_ids": ["vs_k7"]}]
+        request = tmp_path / "request.json"
+        request.write_text(json.dumps(sent))
     out = io.StringIO()
     argv = ["verify", "--policy", str(policy), "--protocol", "openai-responses",
-            "--request", str(FIXTURES / "request.json"),
+            "--request", str(request),
             "--response", str(FIXTURES / response)]
     old = sys.stdout
     sys.stdout = out

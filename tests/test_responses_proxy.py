@@ -52,6 +52,8 @@ FS_RESULTS = [
     {"file_id": "file-war", "filename": "warranty.md", "score": 0.8,
      "text": "The warranty lasts ten years from installation."},
 ]
+# The request enables file search; without it a file_search_call item is no context.
+FS_TOOL = {"type": "file_search", "vector_store_ids": ["vs_k7"]}
 URL = "https://k7.example/spec"
 PLANTED = "PLANTED-7d1f"
 
@@ -415,7 +417,7 @@ def test_file_search_results_are_context_and_removed(
     stream = scenario.endswith("-sse")
     r = httpx.post(
         f"{gw.url}/v1/responses",
-        json={"model": "gpt-test", "input": "K7?", "stream": stream},
+        json={"model": "gpt-test", "input": "K7?", "stream": stream, "tools": [FS_TOOL]},
         headers=_h(scenario, "strip"),
         timeout=10,
     )
@@ -433,9 +435,31 @@ def test_file_search_results_are_context_and_removed(
     assert points == [("file-spec", 23), ("file-war", text.index("years.") + 6)]
 
 
+@pytest.mark.parametrize(("scenario", "policy"),
+                         [("fs", "strip"), ("fs-sse", "strip"), ("fs-sse", "prog")])
+def test_file_search_results_the_request_never_enabled_are_no_context(
+    env: tuple[Gateway, FakeUpstream], scenario: str, policy: str
+) -> None:
+    """The same answer to a request with no `file_search` tool: the results are the upstream's
+    own text, so no file citation verifies against them, and they still leave the copy."""
+    gw, up = env
+    up.clear()
+    stream = scenario.endswith("-sse")
+    r = httpx.post(
+        f"{gw.url}/v1/responses",
+        json={"model": "gpt-test", "input": "K7?", "stream": stream,
+              "tools": [{"type": "function", "name": "kb", "parameters": {}}]},
+        headers=_h(scenario, policy),
+        timeout=10,
+    )
+    assert r.headers["x-citewarden-decision"] in ("abstained", "progressive", "blocked")
+    assert "Usable capacity" not in r.text and "Moon" not in r.text
+    assert "13.5 kWh" not in r.text and "ten years" not in r.text
+
+
 def test_progressive_file_citations_arrive_in_time(env: tuple[Gateway, FakeUpstream]) -> None:
     gw, _ = env
-    events = _events(gw, "fs-sse", "prog")
+    events = _events(gw, "fs-sse", "prog", tools=[FS_TOOL])
     text = _check_copies(events)
     assert text.startswith("The K7 stores 13.5 kWh. Its warranty lasts ten years.\n\n")
     assert "Moon" not in text
@@ -452,7 +476,7 @@ def test_file_search_results_kept_when_the_client_asked(env: tuple[Gateway, Fake
     up.clear()
     resp = _client(gw).responses.with_raw_response.create(
         model="gpt-test", input="K7?", include=["file_search_call.results"],
-        extra_headers=_h("fs", "strip"),
+        tools=[FS_TOOL], extra_headers=_h("fs", "strip"),  # type: ignore[list-item]
     )
     assert up.requests[-1].json()["include"] == ["file_search_call.results"]
     fs_item = resp.parse().output[0]

@@ -3,10 +3,14 @@
 Request side (DESIGN §3): `instructions`, and input items from trusted places only — `system`
 / `developer` messages and tool results (`function_call_output`, `custom_tool_call_output`);
 chunk tags in `user` (or earlier `assistant`) turns are not context. The roles follow
-`context.trust.roles` when the policy has it, else that default.
+`context.trust.roles` when the policy has it, else that default. Responses roles are mapped to
+trust roles explicitly (`_ROLES`): a message of a role the API does not have (`tool`,
+`function`, …) matches no trust role, even one the policy names, so it is never trusted.
 
 Response side (routes whose `context.from` has `response`): `file_search_call` results, one
-chunk per file (its results' texts joined, id = `file_id`), and the response's echo of
+chunk per file (its results' texts joined, id = `file_id`), only when file search was enabled
+(`file_search_enabled`: a `file_search` tool in the request; for a stored response's GET, in its
+echoed `tools`) — otherwise they are the upstream's own text; and the response's echo of
 `instructions`, which is all a stored response (`GET /v1/responses/{id}`) says of its prompt.
 To get the results the gateway adds `include: ["file_search_call.results"]` to the forwarded
 request; whether the client asked for them itself is remembered for this exchange (a context
@@ -32,6 +36,7 @@ __all__ = [
     "client_request",
     "client_wants_results",
     "file_search_chunks",
+    "file_search_enabled",
     "forward_body",
     "had_request",
     "instructions_context",
@@ -43,6 +48,10 @@ __all__ = [
 
 RESULTS_INCLUDE = "file_search_call.results"
 _TOOL_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
+# The trust role of each Responses message role; `assistant` (earlier model output) is never
+# read. Any other role is no Responses role: matching a trust role by name (a chat `tool`
+# message pasted into `input`) must not make it a tool result.
+_ROLES = {"system": "system", "developer": "developer", "user": "user"}
 
 # Did this exchange's client ask for file_search results itself? Unknown means no: the
 # results are then removed from the client's copy (the safe side).
@@ -124,8 +133,10 @@ def _items_context(
             role = item.get("role")
             if not isinstance(role, str) or role == "assistant":
                 continue  # earlier model output is never context, signed or not
+            place = _ROLES.get(role)
+            trusted = place is not None and place in trust.roles
             for text in _texts(item.get("content")):
-                read_tags(ctx, text, pattern, trust, role in trust.roles)
+                read_tags(ctx, text, pattern, trust, trusted)
 
 
 def request_context(
@@ -170,16 +181,34 @@ def file_search_chunks(body: Mapping[str, object]) -> list[Chunk]:
     ]
 
 
+def file_search_enabled(response: Mapping[str, object] | None) -> bool:
+    """Whether this exchange's file_search results are context: the request enabled the tool
+    (a `file_search` entry in its `tools`; the forwarded request has the client's tools). A
+    `file_search_call` the request never asked for is the upstream's own text. A stored
+    response's GET has no request body: there the stored response's echoed `tools` is all
+    that says what its request enabled, so they count only when it lists file_search."""
+    if had_request():
+        tools = client_request().get("tools")
+    else:
+        tools = response.get("tools") if isinstance(response, Mapping) else None
+    return isinstance(tools, list) and any(
+        isinstance(t, Mapping) and t.get("type") == "file_search" for t in tools
+    )
+
+
 def response_context(
     body: object, ctx: ContextSet, pattern: re.Pattern[str] | None, trust: Trust = DEFAULT_TRUST
 ) -> None:
-    """File-search results, and the echoed instructions of a response fetched without a
-    request body (a stored response's GET): all it says of its prompt, counted as the
-    request's instructions would be, signing included. With a request, only the request's
-    instructions count: an echo that differs from them is the upstream's, not context."""
+    """File-search results (when file search was enabled), and the echoed instructions of a
+    response fetched without a request body (a stored response's GET): all it says of its
+    prompt, counted as the request's instructions would be, signing included. With a request,
+    only the request's instructions count: an echo that differs from them is the upstream's,
+    not context."""
     if not isinstance(body, Mapping):
         return
-    ctx.extend(file_search_chunks(body))
+    results = file_search_chunks(body)
+    if results and file_search_enabled(body):  # the request is read only when there are any
+        ctx.extend(results)
     if had_request():
         return  # the request's own instructions were read; the upstream's echo adds nothing
     instructions_context(body, ctx, trust, pattern)

@@ -22,6 +22,7 @@ from gateway.policy import ContextSpec
 from gateway.protocols.base import StreamParser, TextDelta, channel_key
 from gateway.protocols.openai_responses.context import (
     file_search_chunks,
+    file_search_enabled,
     had_request,
     instructions_context,
 )
@@ -463,7 +464,11 @@ class ResponsesStreamParser(StreamParser):
             raise ProtocolError("openai-responses: output_item.done changed the item id")
         self._check_item(i, done)
         self._done_items[i] = copy.deepcopy(done)
-        if self._ctx is not None and done.get("type") == "file_search_call":
+        if (
+            self._ctx is not None
+            and done.get("type") == "file_search_call"
+            and file_search_enabled(self._head)  # a stored GET: its echoed tools
+        ):
             self._ctx.extend(file_search_chunks({"output": [done]}))
         return []
 
