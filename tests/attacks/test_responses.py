@@ -63,12 +63,16 @@ def _file_search_body(text: str) -> dict[str, Any]:
                             model="fake-model")
 
 
+# File-search results are context only when the request enabled the tool.
+FILE_SEARCH = [{"type": "file_search", "vector_store_ids": ["vs_1"]}]
+
+
 @pytest.mark.parametrize("mode", ["json", "buffer", "progressive"])
 def test_file_search_results_are_context_and_leave_the_clients_copy(
     gateway: GatewayProcess, upstream: tuple[str, FakeUpstream], mode: Mode
 ) -> None:
     _, up = upstream
-    req = request(QUESTION, mode != "json", instructions=None)
+    req = request(QUESTION, mode != "json", instructions=None, tools=FILE_SEARCH)
     resp = run_case(gateway, upstream, RESPONSES, mode,
                     _behaviour(_file_search_body(CITED), mode), request=req)
     assert resp.status == 200, resp.raw[:800]
@@ -84,7 +88,8 @@ def test_file_search_results_are_context_and_leave_the_clients_copy(
 def test_file_search_results_stay_when_the_client_asked(
     gateway: GatewayProcess, upstream: tuple[str, FakeUpstream]
 ) -> None:
-    req = request(QUESTION, False, instructions=None, include=["file_search_call.results"])
+    req = request(QUESTION, False, instructions=None, include=["file_search_call.results"],
+                  tools=FILE_SEARCH)
     resp = run_case(gateway, upstream, RESPONSES, "json", Json(_file_search_body(CITED)),
                     request=req)
     assert resp.status == 200, resp.raw[:800]
@@ -99,7 +104,7 @@ def test_file_citation_the_results_do_not_support_is_removed(
     text = f"{CITED} The pump was designed by {MARKER} in 1931."
     b = _file_search_body(text)
     b["output"][0]["results"] = RESULTS[:1]
-    req = request(QUESTION, mode != "json", instructions=None)
+    req = request(QUESTION, mode != "json", instructions=None, tools=FILE_SEARCH)
     resp = run_case(gateway, upstream, RESPONSES, mode, _behaviour(b, mode), request=req)
     assert_no_leak(resp)
 
