@@ -97,16 +97,17 @@ def segments(raw_path: str | bytes) -> Segments:
 
 
 def lenient(path: Segments) -> Segments:
-    """The path as lenient upstream stacks read it: empty segments merged away (`//`, a
-    trailing `/`: nginx's merge_slashes, non-strict routers), path parameters cut (`;x=1`:
-    servlet containers) and letters folded to lower case (case-insensitive frameworks and
-    API gateways). Used to tell when a path that matched no route is another spelling of
-    one that does."""
+    """The path as lenient upstream stacks read it: an encoded `/` a separator (ASGI and WSGI
+    servers route on the decoded path), empty segments merged away (`//`, a trailing `/`:
+    nginx's merge_slashes, non-strict routers), path parameters cut (`;x=1`: servlet
+    containers) and letters case-folded (case-insensitive frameworks and API gateways). Used
+    to tell when a path that matched no route is another spelling of one that does."""
     out = [""]
-    for s in path[1:]:
-        s = s.split(";", 1)[0].lower()
-        if s:
-            out.append(s)
+    for segment in path[1:]:
+        for s in segment.split("/"):
+            s = s.split(";", 1)[0].casefold()
+            if s:
+                out.append(s)
     return tuple(out)
 
 

@@ -359,6 +359,8 @@ def tree_gw(tmp_path: Path) -> Iterator[tuple[Proxy, RawUpstream]]:
         b"/v1/chat/completions/",
         b"/v1/chat/completions;x=1",
         b"/v1/Chat/Completions",
+        b"/v1/chat%2Fcompletions",  # ASGI servers route on the decoded path
+        b"/v1/chat%2fcompletions/",
     ],
 )
 def test_another_spelling_of_a_route_under_a_passthrough_tree_is_refused(

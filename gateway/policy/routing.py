@@ -97,7 +97,7 @@ class PolicySet:
         )
         # Each route's path condition in lower case, for `aliases_route`.
         self._folded = tuple(
-            Glob(m.glob.pattern.lower(), m.glob.kind) if m.glob is not None else None
+            Glob(m.glob.pattern.casefold(), m.glob.kind) if m.glob is not None else None
             for m, _, _ in self._routes
         )
 
