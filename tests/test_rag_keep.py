@@ -186,6 +186,20 @@ def test_keep_entries_must_be_field_pointers(tmp_path: Path, pointer: str) -> No
     assert "keep" in str(info.value)
 
 
+@pytest.mark.parametrize("pointer", ["/answer", "/answer/x", "/sources/0/text", "/sources"])
+def test_a_keep_entry_never_names_the_answer_or_the_context(tmp_path: Path, pointer: str) -> None:
+    """Kept fields go out in every decision, the blocked envelope too: one that is or holds
+    the answer would carry it unchecked; so would one inside the context."""
+    from gateway.errors import PolicyError
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text(POLICY.format(on_unverified="block").replace("/missing", pointer))
+    with pytest.raises(PolicyError) as info:
+        load_policy(policy)
+    assert "keep" in str(info.value) and "overlaps" in str(info.value)
+    assert "p.yaml:" in str(info.value)  # file:line
+
+
 def test_shipped_rag_policy_documents_keep() -> None:
     loaded = load_policy(Path(__file__).parent.parent / "policies" / "rag-json.yaml")
     rag = loaded.policy.routes[0].rag

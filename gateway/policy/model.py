@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Self
 
 from pydantic import (
@@ -101,6 +101,13 @@ class Match(_Model):
         return self
 
 
+def _overlap(a: Sequence[str], b: Sequence[str]) -> bool:
+    """Whether one pointer's tokens are a prefix of the other's (the same field, or one
+    inside the other)."""
+    n = min(len(a), len(b))
+    return list(a[:n]) == list(b[:n])
+
+
 class RagSpec(_Model):
     """JSON pointers (RFC 6901) into a JSON RAG response, and field names inside items."""
 
@@ -118,6 +125,20 @@ class RagSpec(_Model):
     keep: list[str] = Field(default_factory=list)
 
     _pointers = field_validator("answer", "claims", "context")(json_pointer)
+
+    @model_validator(mode="after")
+    def _keep_apart(self) -> RagSpec:
+        # A kept field goes out in every decision, the blocked envelope too: one that is (or
+        # holds, or lies in) the answer, the claims or the context would carry them unchecked.
+        for pointer in self.keep:
+            for name in ("answer", "claims", "context"):
+                other = getattr(self, name)
+                if other is not None and _overlap(jsonpointer.parse(pointer),
+                                                  jsonpointer.parse(other)):
+                    raise KeyedValueError(
+                        ("keep",), f"rag.keep entry {pointer!r} overlaps rag.{name} {other!r}"
+                    )
+        return self
 
     @field_validator("keep")
     @classmethod

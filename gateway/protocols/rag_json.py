@@ -68,7 +68,10 @@ def _citation_id(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     if isinstance(value, Mapping):
-        return _citation_id(value.get("id"))
+        # One level only: an `id` that is itself an object would go out with what it holds.
+        inner = value.get("id")
+        if isinstance(inner, str | int) and not isinstance(inner, bool):
+            return _citation_id(inner)
     raise ProtocolError("rag-json: a claim citation is neither an id nor an object with one")
 
 

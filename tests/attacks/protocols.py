@@ -1070,6 +1070,12 @@ def _rag_plants() -> dict[str, Plant]:
             json=_rag_claims([good_claim, {"text": BAD[: BAD.index(" [")] + "."}]),
             path=RAG_CLAIMS_PATH,
         ),
+        "structured-claim-citation-nested-id": Plant(
+            json=_rag_claims(
+                [{**good_claim, "citations": [{"id": {"id": CHUNK_ID, "note": BAD}}]}]
+            ),
+            path=RAG_CLAIMS_PATH,
+        ),
         "structured-claim-citation-object": Plant(
             json=_rag_claims(
                 [good_claim, {"text": BAD, "citations": [{"id": CHUNK_ID, "x": BAD}]}]
