@@ -619,9 +619,12 @@ class _Exchange:
         stream: bool,
         include_usage: bool,
     ) -> None:
+        # Shadow mode forwards the upstream's answer to the question asked: never re-asked.
         attempts = 1 + (
             pipeline.policy.release.retry
-            if pipeline.adapter.retries and self.scope["method"] == "POST"
+            if pipeline.adapter.retries
+            and self.scope["method"] == "POST"
+            and pipeline.policy.mode != "shadow"
             else 0
         )
         request_ctx = RequestContext(pipeline, request)  # a retry's request adds no context
@@ -653,6 +656,10 @@ class _Exchange:
             decision = judgement.outcome.decision
             if decision is Decision.RELEASED or attempt == attempts - 1:
                 break
+            # This attempt's tokens were billed and reach no one.
+            self.app.deferred.call(
+                self.app.metrics.observe_tokens, self.route_label, False, answer.usage
+            )
             raw = dumps(retry.with_grounding(pipeline.adapter, request, judgement.outcome))
             raw = self._forwarded(pipeline, raw)
         await self._release(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -289,6 +290,44 @@ def test_retry_reasks_with_a_grounding_instruction(tmp_path: Path) -> None:
         r = _post(gw.url, "anything")
         assert r.status_code == 422  # still failing after the retry
         assert len(up.requests) == 2
+
+
+def test_a_retried_attempts_tokens_are_counted_as_withheld(tmp_path: Path) -> None:
+    """DESIGN §8: every upstream token is served or withheld; the attempt a retry replaced
+    was billed and reached no one."""
+    from prometheus_client import generate_latest
+
+    sequenced = Sequenced([Json(openai_body(BAD, usage=(1000, 100))),
+                           Json(openai_body(GOOD, usage=(7, 3)))])
+    up = create_upstream(default=sequenced)
+    with serve(up) as url, run_gateway(url, [write_policy(tmp_path, retry=1)]) as gw:
+        r = _post(gw.url, "anything")
+        assert r.status_code == 200 and r.headers["x-citewarden-decision"] == "released"
+        deadline = time.monotonic() + 2
+        while True:
+            text = generate_latest(gw.metrics.registry).decode()
+            withheld = [line for line in text.splitlines()
+                        if line.startswith("citewarden_upstream_tokens_total")
+                        and 'outcome="withheld"' in line and 'kind="input"' in line]
+            if withheld or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        assert withheld and withheld[0].endswith(" 1000.0"), withheld
+
+
+def test_shadow_mode_never_re_asks_the_upstream(tmp_path: Path) -> None:
+    """Shadow forwards the upstream's answer to the question asked: a retry would change the
+    prompt, the cost and the answer of a mode meant only to observe."""
+    sequenced = Sequenced([Json(openai_body(BAD)), Json(openai_body(GOOD))])
+    up = create_upstream(default=sequenced)
+    policy = write_policy(tmp_path, mode="shadow", retry=1)
+    with serve(up) as url, run_gateway(url, [policy]) as gw:
+        r = _post(gw.url, "anything")
+        assert r.status_code == 200
+        assert r.headers["x-citewarden-mode"] == "shadow"
+        assert r.headers["x-citewarden-decision"] == "blocked"
+        assert _message(r)["content"] == BAD
+        assert len(up.requests) == 1
 
 
 def test_retry_and_shadow_on_buffered_streams(tmp_path: Path) -> None:
