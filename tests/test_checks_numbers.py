@@ -271,7 +271,8 @@ _NUMBERISH = st.lists(
         [*"0123456789.,-$€ %kWhmsx×*^e()[{\t\n_v²⁴⁻", "1 200", "٣", "°C", "per cent", "bn",
          "1970s", "1970 's", " 10^4", "1.2e4", "10⁴", "×10^3", "é", "[1]", "[^2]", "million",
          "USD", "Q", "FY", "xEUR", "k", "K", "M", "MM", "B", "T", "tn", "Mn", ",5", "1,2345",
-         "‒", "‰", "①", "£"]
+         "‒", "‰", "①", "£", ".000", "40.000", "1.234.567", "3.142", "mln", "Mio.", "lakh",
+         " per mille", "$M", "millions"]
     ),
     max_size=16,
 ).map("".join)
@@ -291,6 +292,12 @@ def test_the_quick_scan_equals_the_full_scan(text: str) -> None:
     m = re.search(r"\d", text)
     first = m.start() if m else len(text)
     assert numbers._digit_numbers(text, text.isascii(), first) == full
+    # With `choices` (a claim) too: the same numbers and the same readings.
+    full_choices: list[numbers.Readings] = []
+    full = numbers._scan(text, full_choices)
+    quick_choices: list[numbers.Readings] = []
+    assert numbers._digit_numbers(text, text.isascii(), first, quick_choices) == full
+    assert quick_choices == full_choices
 
 
 @pytest.mark.parametrize(
@@ -640,3 +647,164 @@ def test_per_mille_is_its_percent_value() -> None:
     assert _check("It lost 4‰", "It lost 4%.").reason == "number_mismatch"
     assert _check("It lost 4‰", "It lost 0.4%.").status is Status.PASS
     assert _check("It lost 4‰", "It lost 4‰.").status is Status.PASS
+
+
+# -- alternative readings: a decimal comma, a dot thousands separator ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "chunk", "passes"),
+    [
+        # "1,2" is a list (1 and 2) or a decimal comma (1.2): either reading in the chunk will do.
+        ("Sections 1,2 and 3 apply", "Sections 1, 2 and 3 apply.", True),
+        ("Scores were 3,4 and 5", "Scores were 3, 4 and 5.", True),
+        ("It costs 9,5 €", "It costs 9,50 €.", True),
+        ("It costs €9,99", "It costs €9.99.", True),
+        ("It weighs 1,5 kg", "It weighs 1.5 kg.", True),
+        ("It fell -2,5 degrees", "It fell -2.5 degrees.", True),
+        ("The pump moves 40,0 litres", "The pump moves 40 litres.", True),
+        # Neither reading whole in the chunk: a mismatch.
+        ("It weighs 1,5 kg", "It weighs 1 kg.", False),
+        ("It weighs 1,5 kg", "It weighs 5 kg and 1.4 kg.", False),
+        ("It costs 9,5 €", "It costs 9 €.", False),
+        ("It fell -2,5 degrees", "It fell 2.5 degrees.", False),
+        ("Sections 1,2 and 4 apply", "Sections 1, 2 and 3 apply.", False),
+        ("Scores were 3,4 and 5", "Scores were 3 and 5.", False),
+        # Four digits are no decimals: a list only.
+        ("The 2021,2022 and 2023 reports", "The 2021 and 2023 reports.", False),
+        ("The 2021,2022 and 2023 reports", "The 2021, 2022 and 2023 reports.", True),
+        ("Sections 1,2,3 apply", "Sections 1, 2 and 3 apply.", True),
+    ],
+)
+def test_a_decimal_comma_is_an_alternative_reading(text: str, chunk: str, passes: bool) -> None:
+    got = _check(text, chunk)
+    assert (got.status is Status.PASS) is passes, got
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        # Two or more dot groups are thousands; one group of three digits after a leading
+        # 1-3 digits is thousands or decimals (both read), thousands only when its last digit is
+        # 0 ("40.000": the decimal reading would be any plain 40).
+        ("40.000.000", [_q("40000000")]),
+        ("1.234.567 euros", [_q("1234567")]),
+        ("€40.000", [_q("40000")]),
+        ("40.000", [_q("40000")]),
+        ("1.500 kg", [_q("1500", unit="kg")]),
+        ("3.142", [_q("3.142"), _q("3142")]),
+        ("-3.142", [_q("-3.142"), _q("-3142")]),
+        ("0.125", [_q("0.125")]),
+        ("1.5", [_q("1.5")]),
+        ("12.5", [_q("12.5")]),
+        ("1234.567", [_q("1234.567")]),
+        ("1,234.567", [_q("1234.567")]),
+        ("v2.1.3", []),
+    ],
+)
+def test_dot_thousands(text: str, want: list[object]) -> None:
+    assert numbers_in(text) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "chunk", "passes"),
+    [
+        ("It costs 40.000.000 euros", "It moves 40 litres.", False),
+        ("It costs €40.000", "It moves 40 litres.", False),
+        ("It costs 40.000 euros", "It costs 40 euros.", False),
+        ("It has 3.142 staff", "It has 3 staff.", False),
+        ("It weighs 0.125 kg", "It weighs 125 kg.", False),
+        # Controls: the same forms, supported.
+        ("It costs 40.000.000 euros", "It costs 40,000,000 euros.", True),
+        ("It costs 40.000.000 euros", "It costs 40 million euros.", True),
+        ("It costs €40.000", "It costs €40,000.", True),
+        ("It costs €40.000", "It costs €40.000.", True),
+        ("It costs €40,000", "It costs €40.000.", True),
+        ("Pi is about 3.142", "Pi is about 3.142.", True),
+        ("It has 3.142 staff", "It has 3,142 staff.", True),
+        ("It weighs 0.125 kg", "It weighs 0.125 kg.", True),
+    ],
+)
+def test_dot_thousands_are_checked(text: str, chunk: str, passes: bool) -> None:
+    got = _check(text, chunk)
+    assert (got.status is Status.PASS) is passes, got
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("40 mln", [_q("40e6")]),
+        ("40 Mln.", [_q("40e6")]),
+        ("USD 40 bln", [_q("40e9")]),
+        ("$40 mil", [_q("40e6")]),
+        ("40 Mio. euros", [_q("40e6")]),
+        ("40 Mrd", [_q("40e9")]),
+        ("40 Mrd. Euro", [_q("40e9")]),
+        ("40 millions", [_q("40e6")]),
+        ("40 billions", [_q("40e9")]),
+        ("40 thousands", [_q("40e3")]),
+        ("40 Millionen", [_q("40e6")]),
+        ("40 Milliarden", [_q("40e9")]),
+        ("40 milliard", [_q("40e9")]),
+        ("40 lakh", [_q("40e5")]),
+        ("40 lakhs", [_q("40e5")]),
+        ("40 crore", [_q("40e7")]),
+        ("40 Crores", [_q("40e7")]),
+        ("forty lakh", [_q("40e5")]),
+        ("40 per mille", [_q("4", pct=True)]),
+        ("40 per mil", [_q("4", pct=True)]),
+        ("40 permille", [_q("4", pct=True)]),
+        ("40 $M", [_q("40e6")]),
+        ("40 $B", [_q("40e9")]),
+        ("40€M", [_q("40e6")]),
+        ("40 $bn", [_q("40e9")]),
+        # Not scales: a word that only starts like one, a unit, a currency alone.
+        ("40 litres", [_q("40")]),
+        ("40 miles", [_q("40")]),
+        ("40 mi", [_q("40", unit="mi")]),
+        ("40 $ a day", [_q("40")]),
+        ("40 per minute", [_q("40")]),
+        ("40 per mile", [_q("40")]),
+    ],
+)
+def test_scale_abbreviations_and_plurals(text: str, want: list[object]) -> None:
+    assert numbers_in(text) == want
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "It sold 40 mln units",
+        "It earned USD 40 bln",
+        "It earned $40 mil last year",
+        "It sold 40 millions of units",
+        "It earned 40 Mio. euros",
+        "It earned 40 Mrd euros",
+        "It sold 40 lakh units",
+        "It earned 40 crore rupees",
+        "It wastes 40 per mille of its flow",
+        "It earned 40 $M last year",
+    ],
+)
+def test_scale_abbreviations_do_not_pass_on_the_plain_number(text: str) -> None:
+    assert _check(text, "The pump moves 40 litres per minute.").reason == "number_mismatch"
+
+
+@pytest.mark.parametrize(
+    ("text", "chunk"),
+    [
+        ("It sold 40 mln units", "It sold 40 million units."),
+        ("It earned USD 40 bln", "It earned $40 billion."),
+        ("It earned $40 mil last year", "It earned $40m last year."),
+        ("It sold 40 millions of units", "It sold 40,000,000 units."),
+        ("It earned 40 Mio. euros", "It earned 40 million euros."),
+        ("It earned 40 Mrd euros", "It earned 40 bn euros."),
+        ("It sold 40 lakh units", "It sold 4 million units."),
+        ("It earned 40 crore rupees", "It earned 400 million rupees."),
+        ("It wastes 40 per mille of its flow", "It wastes 4% of its flow."),
+        ("It wastes 40 per mille of its flow", "It wastes 40‰ of its flow."),
+        ("It earned 40 $M last year", "It earned $40M last year."),
+    ],
+)
+def test_scale_abbreviations_match_their_value(text: str, chunk: str) -> None:
+    assert _check(text, chunk).status is Status.PASS

@@ -51,16 +51,19 @@ from gateway.types import CheckResult
 
 __all__ = ["NumberMismatch", "Quantity", "numbers_in"]
 
+# Scale words and their abbreviations, singular and plural ("40 millions", "40 Mio.", "40 mln",
+# "40 Mrd", "40 lakh", "40 crore"): each is its value, never the plain number before it.
 _SCALES = {
-    "hundred": Decimal(10) ** 2,
-    "thousand": Decimal(10) ** 3,
-    "million": Decimal(10) ** 6,
-    "mn": Decimal(10) ** 6,
-    "billion": Decimal(10) ** 9,
-    "bn": Decimal(10) ** 9,
-    "trillion": Decimal(10) ** 12,
-    "tn": Decimal(10) ** 12,
-    "dozen": Decimal(12),
+    **dict.fromkeys(["hundred", "hundreds"], Decimal(10) ** 2),
+    **dict.fromkeys(["thousand", "thousands"], Decimal(10) ** 3),
+    **dict.fromkeys(["lakh", "lakhs"], Decimal(10) ** 5),
+    **dict.fromkeys(["million", "millions", "millionen", "mn", "mln", "mio", "mil"],
+                    Decimal(10) ** 6),
+    **dict.fromkeys(["crore", "crores"], Decimal(10) ** 7),
+    **dict.fromkeys(["billion", "billions", "milliard", "milliards", "milliarde", "milliarden",
+                     "bn", "bln", "mrd"], Decimal(10) ** 9),
+    **dict.fromkeys(["trillion", "trillions", "tn"], Decimal(10) ** 12),
+    **dict.fromkeys(["dozen", "dozens"], Decimal(12)),
 }
 _UNITS_WORDS = """
     wh kwh mwh gwh twh w kw mw gw kv mv ma mah hz khz mhz ghz
@@ -74,15 +77,20 @@ _UNITS = frozenset(_UNITS_WORDS.split())
 _SUPERSCRIPTS = "⁰¹²³⁴⁵⁶⁷⁸⁹"
 _SUPER = str.maketrans(_SUPERSCRIPTS + "⁻⁺", "0123456789-+")
 # In any case: "40 Million" is 40 million, "40BN" 40 billion (the lookahead spares the
-# usual word after a number the slower case-insensitive try).
-_SCALE_WORDS = r"(?=[hHtTmMbBdD])(?i:hundred|thousand|million|billion|trillion|mn|bn|tn|dozen)"
+# usual word after a number the slower case-insensitive try). Longest first.
+_SCALE_WORDS = (
+    r"(?=[hHtTmMbBdD]|[lL][aA]|[cC][rR])(?i:"
+    + "|".join(sorted(_SCALES, key=lambda w: (-len(w), w)))
+    + ")"
+)
 # What may follow a number (digits or words): a scale word, then percent (per mille and per
 # ten thousand too, see `_finish`) or a unit, with the space before it (a letter against the
 # digits may be a scale, see `_MONEY_SCALES`; an "s" after a year is a decade, see `_digits`;
 # "1970's" has none).
 _TAIL = (
     rf"(?:\s?+(?P<scale>{_SCALE_WORDS})\b)?"
-    r"(?:\s?+(?P<pct>%|‰|‱|percent\b|per\s?cent\b)|(?P<unit>\s?+(?:°[CF]|[A-Za-z]{1,3}\b)))?"
+    r"(?:\s?+(?P<pct>%|‰|‱|percent\b|per\s?cent\b|per\s?mil(?:le)?\b)"
+    r"|(?P<unit>\s?+(?:°[CF]|[$€£¥]?[A-Za-z]{1,3}\b)))?"
 )
 # A number from its first digit on (a search skips to a digit in C); what may stand before it
 # (a sign, a currency symbol, a space, a "." of ".5") is read by `_number_at`.
@@ -99,6 +107,8 @@ _NUMBER_PATTERN = (
     # trying that alternative's repeats on every number).
     r"(?P<num>\d{pre}(?:(?=\d{{0,2}}[,\u2009\u202f])\d{{0,2}}"
     r"(?:(?:,\d{{3}})+|(?:[\u2009\u202f]\d{{3}})+)(?:\.\d+)?"
+    # Two or more "." groups of three are thousands ("40.000.000"; `_digits` reads one).
+    r"|(?=\d{{0,2}}\.\d{{3}}\.\d{{3}})\d{{0,2}}(?:\.\d{{3}})+"
     r"|\d*(?:\.\d+)?))"
     + (_POWER + r"(?!\d|[⁰¹²³⁴⁵⁶⁷⁸⁹])" + _TAIL).replace("{", "{{").replace("}", "}}")
 )
@@ -142,7 +152,10 @@ _APART_SCALES = {
     "MM": (_MILLION, False), "T": (_TRILLION, False),
 }
 # Per mille and per ten thousand as the percent they are (4‰ is 0.4%): never a plain 4 or 4%.
-_PER_MILLE = {"‰": Decimal("0.1"), "‱": Decimal("0.01")}
+# Keyed by the percent group's last character: "per mille" and "per mil" end in "e" and "l",
+# "%", "percent" and "per cent" in neither.
+_PER_MILLE = {"‰": Decimal("0.1"), "‱": Decimal("0.01"), "e": Decimal("0.1"),
+              "l": Decimal("0.1")}
 
 _SMALL = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
@@ -307,6 +320,23 @@ def _code_apart(m: re.Match[str]) -> str:
 
 # (value, is_percent, unit or "")
 Quantity = tuple[Decimal, bool, str]
+# The readings of one written number, any one of which its writer may have meant.
+Readings = tuple[tuple[Quantity, ...], ...]
+
+
+class _Either(tuple[Quantity, ...]):
+    """A number with several readings ("1,2": 1 and 2, or 1.2; "3.142": 3.142 or 3142). As a
+    tuple it is every quantity of every reading: a source has all of them (it supports any
+    reading), and code that does not look for `readings` needs all of them (fails closed)."""
+
+    readings: Readings
+
+
+def _either(readings: Readings) -> _Either:
+    e = _Either(q for r in readings for q in r)
+    e.readings = readings
+    return e
+
 # Exact arithmetic: the default context rounds to 28 significant digits, which would make two
 # long numbers that differ only past the 28th digit compare equal (a wrong number passing).
 _EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
@@ -319,8 +349,11 @@ _MAX_MEMO = 4096
 _MEMO_DIGITS = 40
 
 
-def numbers_in(text: str) -> list[Quantity]:
-    """The numbers of `text`: those written with digits, in order, then those in words."""
+def numbers_in(text: str, choices: list[Readings] | None = None) -> list[Quantity]:
+    """The numbers of `text`: those written with digits, in order, then those in words. A
+    number with several readings (`_Either`) gives the quantities of all of them (a source
+    supports each); with `choices` (a claim) it gives none, and its readings are appended to
+    `choices` instead: the claim needs one of them whole."""
     ascii_text = text.isascii()
     if not ascii_text or not text.isprintable():
         text = _as_read(text)
@@ -342,7 +375,7 @@ def numbers_in(text: str) -> list[Quantity]:
         return []
     out: list[Quantity] = []
     if first >= 0:
-        out.extend(_digit_numbers(text, ascii_text, first))
+        out.extend(_digit_numbers(text, ascii_text, first, choices))
     if words:
         lower = text.lower()
         runs = _word_runs(lower, folded, tokens) if ascii_text else _WORDS.finditer(lower)
@@ -396,28 +429,35 @@ def _word_runs(lower: str, folded: bytes, tokens: list[bytes]) -> list[re.Match[
     return out
 
 
-def _digit_numbers(text: str, ascii_text: bool, first: int = 0) -> list[Quantity]:
+def _digit_numbers(
+    text: str, ascii_text: bool, first: int = 0, choices: list[Readings] | None = None
+) -> list[Quantity]:
     """The numbers written with digits, in order. Only a sign, a "." or a "," before a digit
     run changes what it reads as (a currency symbol only what a letter after it means, a space
     nothing): in text without a sign, where no "." or "," stands before a run, the character
     before each run decides it (one `findall`, from `first`, at or before the first digit:
     every match starts at a digit, and the pattern's lookbehind still reads the character
-    before it)."""
+    before it). `choices`: see `numbers_in`."""
     if "-" in text or "−" in text or "–" in text:
-        return _scan(text)
+        return _scan(text, choices)
+    n = len(choices) if choices else 0  # a rescan drops the readings found here
     out: list[Quantity] = []
     memo = _FAST_MEMO
     glued = False
     for g in (_FAST_ASCII if ascii_text else _FAST).findall(text, first):
-        if g[2]:
-            return _scan(text)  # a power may follow (read, even inside a word, by `_scan`)
+        if g[2]:  # a power may follow (read, even inside a word, by `_scan`)
+            if choices:
+                del choices[n:]
+            return _scan(text, choices)
         pre = g[1]
         if pre and pre != " ":
             if pre.isalnum() or pre == "_":
                 glued = glued or pre.isalpha()
                 continue  # inside a word or a number ("A4")
             if pre == "." or pre == ",":
-                return _scan(text)
+                if choices:
+                    del choices[n:]
+                return _scan(text, choices)
         qs = memo.get(g)
         if qs is None:
             num, _, _, scale, pct, unit = g
@@ -429,9 +469,14 @@ def _digit_numbers(text: str, ascii_text: bool, first: int = 0) -> list[Quantity
                 if len(memo) >= _MAX_MEMO:
                     memo.clear()
                 memo[g] = qs
-        out.extend(qs)
+        if choices is not None and type(qs) is _Either:
+            choices.append(qs.readings)
+        else:
+            out.extend(qs)
     if glued and (apart := _prefixes_apart(text)) is not None:
-        return _digit_numbers(apart, ascii_text)
+        if choices:
+            del choices[n:]
+        return _digit_numbers(apart, ascii_text, 0, choices)
     return out
 
 
@@ -449,14 +494,16 @@ def _prefixes_apart(text: str) -> str | None:
     return None if apart == text else apart  # "XUSD4": inside a word, nothing set apart
 
 
-def _scan(text: str) -> list[Quantity]:
+def _scan(text: str, choices: list[Readings] | None = None) -> list[Quantity]:
     """`_digit_numbers` for any text: each match's start is read by `_number_at`. Digits after
     a "," that do not continue a number's thousands groups ("2021,2023", "9,99") are a number
-    of their own; one or two of them after a plain number are also read as its decimals (a
-    decimal comma: "9,99" is 9, 99 and 9.99)."""
+    of their own; one or two of them after a plain number may also be its decimals (a decimal
+    comma): "9,99" is 9 and 99, or 9.99 (`_Either`; without `choices` all three)."""
+    n = len(choices) if choices else 0  # a rescan drops the readings found here
     out: list[Quantity] = []
     memo = _MEMO
     glued = False
+    last_end = last_at = -1  # where the last number read by the common path ends, its index
     for m in _NUMBER.finditer(text):
         d = m.start()
         negative = False
@@ -491,10 +538,25 @@ def _scan(text: str) -> list[Quantity]:
         qs = memo.get(key)
         if qs is None:
             qs = _remember(key, _digits(m.groups(), money))
-        out.extend(_negate(qs) if negative else qs)
-        out.extend(decimal)
+        if negative:
+            qs = _negate(qs)
+        if choices is None:
+            out.extend(qs)
+            out.extend(decimal)
+        elif decimal and last_end == d - 1:
+            # The number before the comma and this one, or the decimal: either reading.
+            choices.append(((*out[last_at:], *qs), decimal))
+            del out[last_at:]
+        elif type(qs) is _Either:
+            choices.append(qs.readings)
+        else:
+            last_end, last_at = m.end(), len(out)
+            out.extend(qs)
+            out.extend(decimal)  # not after the last number read: both (fails closed)
     if glued and (apart := _prefixes_apart(text)) is not None:
-        return _scan(apart)
+        if choices:
+            del choices[n:]
+        return _scan(apart, choices)
     return out
 
 
@@ -545,6 +607,8 @@ def _number_at(text: str, d: int) -> tuple[str | None, bool]:
 
 
 def _negate(qs: tuple[Quantity, ...]) -> tuple[Quantity, ...]:
+    if type(qs) is _Either:
+        return _either(tuple(_negate(r) for r in qs.readings))
     return tuple((_EXACT.minus(q[0]), q[1], q[2]) for q in qs)
 
 
@@ -569,6 +633,24 @@ def _digits(g: tuple[str | Any, ...], money: bool = False) -> tuple[Quantity, ..
     if unit is not None and len(num) == 4 and unit.lstrip() in ("s", "S") and num.isdigit():
         unit = None  # "1970s": a decade, not seconds
     assert num is not None
+    if "." in num:
+        dot = num.index(".")
+        if dot < len(num) - 4:  # "40.000.000": dot thousands (`_NUMBER` matches no other)
+            num = num.replace(".", "")
+        elif (
+            dot == len(num) - 4 and dot <= 3 and num[0] != "0" and num[:dot].isdecimal()
+            and exp is None and pw is None and sup is None and caret is None
+        ):
+            # "3.142": thousands or decimals. Written "40.000", the decimal reading would be a
+            # plain 40 (any chunk's) for what much of Europe reads as forty thousand: three
+            # decimals ending in 0 are read as thousands only.
+            whole = Decimal(num[:dot] + num[dot + 1 :])
+            if num[-1] == "0":
+                return _finish(whole, scale, pct, unit, money)
+            return _either(
+                (_finish(Decimal(num), scale, pct, unit, money),
+                 _finish(whole, scale, pct, unit, money))
+            )
     value = Decimal(num.replace(",", "").replace("\u2009", "").replace("\u202f", ""))
     if exp is not None or pw is not None:  # m e p, m × 10^p
         value = value.scaleb(int(_signed(exp or pw or "")), _EXACT)
@@ -637,14 +719,17 @@ def _finish(
     a letter after it may be a scale or a unit (`_GLUED_SCALES`)."""
     if scale:
         value = _EXACT.multiply(value, _SCALES[scale.lower()])
-    if pct is not None and pct in _PER_MILLE:
-        value = _EXACT.multiply(value, _PER_MILLE[pct])
+    if pct is not None and (per := _PER_MILLE.get(pct[-1])) is not None:
+        value = _EXACT.multiply(value, per)
     u = ""
     if unit:
         letters = unit.lstrip()
+        if letters[0] in _CURRENCY:  # "40 $M": a currency symbol before the scale letter
+            letters = letters[1:]
+            money = True
         if not scale:
             if money:
-                by = _MONEY_SCALES.get(letters)
+                by = _MONEY_SCALES.get(letters) or _SCALES.get(letters.lower())
                 if by is not None:
                     return ((_EXACT.multiply(value, by).normalize(_EXACT), False, ""),)
             suffix = (_GLUED_SCALES if letters is unit else _APART_SCALES).get(letters)
@@ -672,8 +757,9 @@ class NumberMismatch(FactsCheck):
     name = "number_mismatch"
 
     def check(self, facts: ClaimFacts) -> CheckResult:
-        wanted = numbers_in(facts.body)
-        if not wanted:
+        choices: list[Readings] = []
+        wanted = numbers_in(facts.body, choices)
+        if not wanted and not choices:
             return _OK
         sources, textless = facts.sources()
         if len(sources) == 1:
@@ -685,6 +771,10 @@ class NumberMismatch(FactsCheck):
             for q in wanted:
                 if not _found(q, sources):
                     return self._missing(q, textless)
+            has = lambda q: _found(q, sources)  # noqa: E731
+        for readings in choices:  # a number read several ways: one reading, whole, will do
+            if not any(all(map(has, r)) for r in readings):
+                return self._missing(next(q for q in readings[0] if not has(q)), textless)
         return _OK
 
     def _missing(self, q: Quantity, textless: bool) -> CheckResult:
