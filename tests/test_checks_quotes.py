@@ -205,24 +205,29 @@ _PAIRS = re.compile(r'"([^"]+)"|“([^“”]+)”|«([^«»]+)»|„([^„“�
 _ANY_PAIR = re.compile(f"[{_MARKS}]([^{_MARKS}]+)[{_MARKS}]")
 _CURLY_SINGLE = re.compile(r"(?<!\w)‘([^‘]+?)’(?!\w)")
 _ELISION = re.compile(r"(?:\d0s|em|tis|twas|cause|til|n)\b")
+_GUILLEMETS = re.compile(r"‹([^‹›]+)›|›([^›‹]+)‹")
+_GERMAN = re.compile(r"‚([^‚‘]+)‘")
+_LATEX = re.compile(r"``((?:[^`']|'(?!'))+)''")
 
 
-def reference_apostrophes(piece: str) -> list[str]:
-    """Straight single quotes, left to right: an opener stands after no word character or
-    "'" and before neither a space nor an elision; the quote closes at the first "'" after a
-    non-space and before no word character, and holds no other "'" than one between word
-    characters."""
+def reference_apostrophes(piece: str, mark: str = "'") -> list[str]:
+    """Straight (or Swedish, `mark` "’") single quotes, left to right: an opener stands after
+    no word character or mark and before neither a space nor an elision; the quote closes at
+    the first mark after a non-space and before no word character, and holds no other mark
+    than one between word characters."""
     found = []
     p = 0
-    while (p := piece.find("'", p)) >= 0:
+    while (p := piece.find(mark, p)) >= 0:
         prev = piece[p - 1] if p else " "
         rest = piece[p + 1 :]
-        if prev.isalnum() or prev in "_'" or not rest or rest[0].isspace() or _ELISION.match(rest):
+        if prev.isalnum() or prev in "_" + mark or not rest or rest[0].isspace() or (
+            _ELISION.match(rest)
+        ):
             p += 1
             continue
         end = None
         for q in range(p + 1, len(piece)):
-            if piece[q] != "'":
+            if piece[q] != mark:
                 continue
             after = piece[q + 1] if q + 1 < len(piece) else " "
             if not piece[q - 1].isspace() and q > p + 1 and not (after.isalnum() or after == "_"):
@@ -250,6 +255,10 @@ def reference_quotes(text: str) -> list[str]:
         found += [(q, 2) for q in _ANY_PAIR.findall(piece)]
         found += [(q, 3) for q in _CURLY_SINGLE.findall(piece)]
         found += [(q, 3) for q in reference_apostrophes(piece)]
+        found += [(q, 3) for q in reference_apostrophes(piece, "’")]
+        found += [("".join(g), 3) for g in _GUILLEMETS.findall(piece)]
+        found += [(q, 3) for q in _GERMAN.findall(piece)]
+        found += [(q, 3) for q in _LATEX.findall(piece)]
     quotes = [
         reference_normalise(q).rstrip(".,;:!?").strip() for q, words in found
         if len(q.split()) >= words
@@ -277,6 +286,7 @@ _QUOTISH = st.lists(
             "\t", "\u00a0", "\x1c", ".", ",", "!", "?", "...", "…", "[...]", "growth",
             " was", " strong", "it’s", "é", "The report says", " in spring", "[a:1]",
             "\n\n", "\n \n", "\r\n", "don't", "s'", " 'em", "'90s", " '", "' ", "〝", "〟",
+            "‹", "›", "``", "''", "`", " ’", "’ ", "s’", "’90s", " ‚",
         ]
     ),
     max_size=16,
@@ -305,3 +315,56 @@ def test_check_equals_the_reference(text: str, a_text: str, b_text: str, cite: s
     c = claim(text + cite)
     r = CHECK.run(c, ctx)
     assert (r.status, r.reason, r.detail) == reference_check(c, ctx)
+
+
+# -- single guillemets, German and Swedish single quotes, LaTeX quotes ----------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "passes"),
+    [
+        ("It said ‹growth was weak› [a:1].", False),
+        ("It said ›growth was weak‹ [a:1].", False),
+        ("It said ‚growth was weak‘ [a:1].", False),
+        ("It said ‚the plant’s growth was weak‘ [a:1].", False),
+        ("It said ’growth was weak’ [a:1].", False),
+        ("It said ’the plant’s growth was weak’ [a:1].", False),
+        ("It said ``growth was weak'' [a:1].", False),
+        ("It said ``the plant's growth was weak'' [a:1].", False),
+        ("It said ‹growth\nwas weak› [a:1].", False),
+        ("It said ’growth\nwas weak’ [a:1].", False),
+        # Controls: the same marks around text in the source, and apostrophes.
+        ("It said ‹growth was strong› [a:1].", True),
+        ("It said ›growth was strong‹ [a:1].", True),
+        ("It said ‚growth was strong‘ [a:1].", True),
+        ("It said ’growth was strong’ [a:1].", True),
+        ("It said ``growth was strong'' [a:1].", True),
+        ("In the ’90s the workers’ union didn’t grow, it’s said [b:2].", True),
+        ("Rock ’n’ roll and the workers’ pay, ’tis the bosses’ plan [b:2].", True),
+        ("A ‹two words› quote is not checked [b:2].", True),
+        ("A ``two words'' quote is not checked [b:2].", True),
+    ],
+)
+def test_more_single_quotation_marks(text: str, passes: bool) -> None:
+    got = CHECK.run(claim(text), CTX)
+    assert (got.status is Status.PASS) is passes, got
+
+
+def test_more_single_quotation_marks_in_quotes_in() -> None:
+    assert quotes_in("says ‹a b c› and ›d e f‹") == ["a b c", "d e f"]
+    assert quotes_in("says ‚a b c‘ e") == ["a b c"]
+    assert quotes_in("says ’a b c’ e") == ["a b c"]
+    assert quotes_in("says ``a b c'' e") == ["a b c"]
+    assert quotes_in("says ``don't say it'' e") == ["don't say it"]
+    assert quotes_in("the workers’ union and the bosses’ plan didn’t change") == []
+    assert quotes_in("in the ’90s, get ’em, ’tis rock ’n’ roll") == []
+
+
+def test_more_unclosed_openers_are_read_in_linear_time() -> None:
+    import time
+
+    for text in ["‹a" * 20000, "›a" * 20000, "‚a" * 20000, "’a " * 20000, "``a " * 20000,
+                 "‹a\n" * 20000, "’a \n" * 20000, "``a\n" * 20000]:
+        start = time.perf_counter()
+        quotes_in(text)
+        assert time.perf_counter() - start < 0.5, text[:8]

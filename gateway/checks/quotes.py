@@ -39,13 +39,22 @@ def _inside(excluded: str, lines: bool) -> str:
 
 def _patterns(lines: bool) -> tuple[re.Pattern[str], ...]:
     """The quotation patterns, within a line or over single line breaks (`lines`): proper
-    pairs, any double mark to the next one, ‘…’ and straight single quotes. A straight single
-    quote opens after no word character (not "don't") and not on a decade or an elision ("the
-    '90s", "'em"); inside, "'" only stands between word characters ("the plant's"), so each
-    opener's search stops at the next other "'", and it closes after a non-space before no
-    word character."""
+    pairs, any double mark to the next one, ‘…’, straight single quotes, single guillemets
+    (‹…›, ›…‹), German single quotes (‚…‘), Swedish ones (’…’) and LaTeX's (``…''). A straight
+    single quote, or a Swedish one, opens after no word character (not "don't") and not on a
+    decade or an elision ("the '90s", "'em"); inside, its mark only stands between word
+    characters ("the plant's"), so each opener's search stops at the next other mark, and it
+    closes after a non-space before no word character. Inside a LaTeX quote a "'" not before
+    another is an apostrophe; each opener's search stops at the next "`"."""
     def i(x: str) -> str:
         return _inside(x, lines)
+
+    def like_straight(mark: str) -> re.Pattern[str]:
+        # The mark first: a search then skips to it in C (a lookbehind first is slow).
+        return re.compile(
+            f"{mark}(?<![\\w{mark}]{mark})(?!\\s|(?:\\d0s|em|tis|twas|cause|til|n)\\b)"
+            f"((?:{i(mark)}|(?<=\\w){mark}(?=\\w))+?)(?<!\\s){mark}(?!\\w)"
+        )
 
     # A quotation holds neither of its own marks: each opener's search then stops at the next
     # one ("“a“a“a…" is read in linear time).
@@ -56,15 +65,19 @@ def _patterns(lines: bool) -> tuple[re.Pattern[str], ...]:
     mixed = re.compile(f"[{_MARKS}]({i(_MARKS)}+)[{_MARKS}]")
     straight = re.compile(f'"({i(chr(34))}+)"')
     single = re.compile(f"(?<!\\w)‘({i('‘')}+?)’(?!\\w)")
-    apostrophe = re.compile(
-        r"'(?<![\w']')(?!\s|(?:\d0s|em|tis|twas|cause|til|n)\b)"
-        f"((?:{i(chr(39))}|(?<=\\w)'(?=\\w))+?)(?<!\\s)'(?!\\w)"
-    )
-    return double, mixed, straight, single, apostrophe
+    apostrophe = like_straight("'")
+    swedish = like_straight("’")
+    guillemets = re.compile(f"‹({i('‹›')}+)›|›({i('›‹')}+)‹")
+    german = re.compile(f"‚({i('‚‘')}+)‘")
+    latex = re.compile(f"``((?:{i('`' + chr(39))}|'(?!'))+)''")
+    return double, mixed, straight, single, apostrophe, swedish, guillemets, german, latex
 
 
-_DOUBLE, _MIXED, _STRAIGHT, _SINGLE, _APOSTROPHE = _patterns(False)
-_DOUBLE_LINES, _MIXED_LINES, _STRAIGHT_LINES, _SINGLE_LINES, _APOSTROPHE_LINES = _patterns(True)
+_DOUBLE, _MIXED, _STRAIGHT, _SINGLE, _APOSTROPHE, *_OTHERS = _patterns(False)
+(_DOUBLE_LINES, _MIXED_LINES, _STRAIGHT_LINES, _SINGLE_LINES, _APOSTROPHE_LINES,
+ *_OTHERS_LINES) = _patterns(True)
+_SWEDISH, _GUILLEMETS, _GERMAN, _LATEX = _OTHERS
+_SWEDISH_LINES, _GUILLEMETS_LINES, _GERMAN_LINES, _LATEX_LINES = _OTHERS_LINES
 # The characters that open a quote other than the straight one.
 _OPENERS = re.compile(f"[{_MARKS[1:]}]")
 _ELLIPSIS = re.compile(r"\s*(?:\.\.\.|…|\[\.\.\.\]|\[…\])\s*")
@@ -77,9 +90,10 @@ def quotes_in(text: str) -> list[str]:
     quotes are checked: one that pairs the marks otherwise cannot hide a quote."""
     found: list[str] = []
     lines = "\n" in text  # over a line break the pairs may differ: read both ways
+    ascii_text = text.isascii()
     # Each pattern only where its opening character occurs (`_SINGLE` starts with a
     # lookbehind, which makes a scan of every position slow).
-    if not text.isascii() and _OPENERS.search(text) is not None:
+    if not ascii_text and _OPENERS.search(text) is not None:
         for double, mixed in ((_DOUBLE, _MIXED), (_DOUBLE_LINES, _MIXED_LINES))[: 1 + lines]:
             _keep(["".join(groups) for groups in double.findall(text)], 2, found)
             _keep(mixed.findall(text), 2, found)
@@ -95,6 +109,22 @@ def quotes_in(text: str) -> list[str]:
         _keep(_APOSTROPHE.findall(text), 3, found)
         if lines:
             _keep(_APOSTROPHE_LINES.findall(text), 3, found)
+    if not ascii_text:  # three words, as in straight single quotes
+        if "’" in text:  # mostly apostrophes too
+            _keep(_SWEDISH.findall(text), 3, found)
+            if lines:
+                _keep(_SWEDISH_LINES.findall(text), 3, found)
+        if "‹" in text or "›" in text:
+            for p in (_GUILLEMETS, _GUILLEMETS_LINES)[: 1 + lines]:
+                _keep(["".join(groups) for groups in p.findall(text)], 3, found)
+        if "‚" in text:
+            _keep(_GERMAN.findall(text), 3, found)
+            if lines:
+                _keep(_GERMAN_LINES.findall(text), 3, found)
+    if "``" in text:
+        _keep(_LATEX.findall(text), 3, found)
+        if lines:
+            _keep(_LATEX_LINES.findall(text), 3, found)
     return list(dict.fromkeys(found)) if len(found) > 1 else found
 
 
