@@ -44,6 +44,23 @@ ESCAPES: dict[str, str] = {
     "quote-straight-open-curly-close": f'{GOOD} The manual says "{MARKER} moves the water” '
     "[kb:1].",
     "quote-straight-single": f"{GOOD} The manual says '{MARKER} moves the water' [kb:1].",
+    "dot-thousands": f"{_PUMP} costs 40.000.000 euros [kb:1].",
+    "dot-thousands-euro": f"{_PUMP} costs €40.000 [kb:1].",
+    "scale-mln": f"{_PUMP} sold 40 mln units [kb:1].",
+    "scale-bln": f"{_PUMP} earned USD 40 bln [kb:1].",
+    "scale-mil": f"{_PUMP} earned $40 mil last year [kb:1].",
+    "scale-mio": f"{_PUMP} earned 40 Mio. euros [kb:1].",
+    "scale-mrd": f"{_PUMP} earned 40 Mrd euros [kb:1].",
+    "scale-plural": f"{_PUMP} sold 40 millions of units [kb:1].",
+    "scale-lakh": f"{_PUMP} sold 40 lakh units [kb:1].",
+    "scale-crore": f"{_PUMP} earned 40 crore rupees [kb:1].",
+    "per-mille-words": f"{_PUMP} wastes 40 per mille of its flow [kb:1].",
+    "currency-scale-after": f"{_PUMP} earned 40 $M last year [kb:1].",
+    "decimal-comma-neither-reading": f"{_PUMP} moves 40,5 litres per minute [kb:1].",
+    "quote-single-guillemets": f"{GOOD} The manual says ‹{MARKER} moves the water› [kb:1].",
+    "quote-german-single": f"{GOOD} The manual says ‚{MARKER} moves the water‘ [kb:1].",
+    "quote-swedish-single": f"{GOOD} The manual says ’{MARKER} moves the water’ [kb:1].",
+    "quote-latex": f"{GOOD} The manual says ``{MARKER} moves the water'' [kb:1].",
 }
 """Answers whose marker sits in a claim that must fail number_mismatch or quote_mismatch."""
 
@@ -56,6 +73,15 @@ RELEASED: dict[str, str] = {
     "apostrophes-are-not-quotes": "The Orbit pump's rate, the workers' figure, doesn't "
     "change: it moves 40 litres per minute [kb:1].",
     "circled-number-correct": "The Orbit pump moves \u32b5 litres per minute [kb:1].",
+    # "40,0" is 40 and 0 or 40.0: one reading supported is enough.
+    "decimal-comma-correct": "The Orbit pump moves 40,0 litres per minute [kb:1].",
+    "quote-single-guillemets-correct": "The manual says ‹The Orbit pump moves 40 litres› "
+    "[kb:1].",
+    "quote-german-single-correct": "The manual says ‚The Orbit pump moves 40 litres‘ [kb:1].",
+    "quote-swedish-single-correct": "The manual says ’The Orbit pump moves 40 litres’ [kb:1].",
+    "quote-latex-correct": "The manual says ``The Orbit pump moves 40 litres'' [kb:1].",
+    "curly-apostrophes-are-not-quotes": "The Orbit pump’s rate, the workers’ figure, doesn’t "
+    "change: it moves 40 litres per minute [kb:1].",
 }
 """Answers that must be released: the same shapes with correct content."""
 
