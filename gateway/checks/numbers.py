@@ -6,23 +6,29 @@ Numbers are read by value, the same way on both sides (claim and chunk, DESIGN �
   a figure dash, small, heavy or modifier minus is a "-"), currency symbol, thousands
   separators ("1,200", "1 200" with a thin or narrow no-break space), decimals (".5"), leading
   zeros ("007" == 7); digits after a comma that are not a thousands group are a number of their
-  own ("2021,2023"), and one or two of them after a plain number its decimals too ("9,99" is
-  9, 99 and 9.99: a decimal comma, so "9.99" is supported by "9,99", while "9,99" still needs
-  9 and 99, which a list "9,99" has);
+  own ("2021,2023"), and one or two of them after a plain number may be its decimals: "9,99"
+  is 9 and 99, or 9.99 (a decimal comma). A number read several ways is an alternative: a
+  claim needs one reading whole ("Sections 1,2" passes on 1 and 2, "9,99" on 9.99), a source
+  has every reading. Two or more "." groups of three are thousands ("40.000.000"); one group
+  after one to three digits (no leading 0) is thousands or decimals ("3.142": 3142 or 3.142),
+  thousands only when it ends in 0 ("40.000" is 40000: its decimal reading would be a plain
+  40, which any source may have, for a number much of Europe reads as forty thousand);
 * scientific notation: "1.2e4", "10e3" (== 10,000), "1.2×10^4", "1.2x10^4", "1.2 * 10**4",
   "1.2×10⁴", "10⁴", "10^-3"; a superscript after any other base is a footnote, not a power;
 * number words: "twelve", "forty-two", "one hundred and five", "two thousand", "a dozen"
   (12), "three dozen" (36), "a million"; a bare "one" is a pronoun as often as a number
   ("one of them") and is read only inside a longer number ("twenty-one", "one million");
   ordinals ("third") are not numbers;
-* a scale word in any case ("3.2 million" == 3200000, "40 Million", "3 hundred", "5 dozen",
-  "3tn"), a scale letter ("40k", "40M", "40MM", "$40m", "$40 B", "$3T"; after no currency
-  symbol "40m", "40b", "40B", "40t", "40T", "40 K", "40 M" may be units and read both ways, so
-  they never pass on the plain number), percent ("80%", "80 percent", "eighty per cent";
-  "4‰" is 0.4%, "4‱" 0.04%) and unit ("62.5 kWh"). Values compare exactly as decimals (sign
-  included); percent-ness must agree; a known unit on both sides must agree (a number without a unit
-  matches any unit). A decade ("1970s", "1970's", "1970 's") is the year, without a unit.
-  Years and dates are numbers too.
+* a scale word in any case, singular or plural, or its abbreviation ("3.2 million" ==
+  3200000, "40 Million", "40 millions", "3 hundred", "5 dozen", "3tn", "40 mln", "40 bln",
+  "$40 mil", "40 Mio.", "40 Mrd", "40 Millionen", "40 Milliarden", "40 lakh", "40 crore"), a
+  scale letter ("40k", "40M", "40MM", "$40m", "$40 B", "$3T", "40 $M", "40 €bn"; after no
+  currency symbol "40m", "40b", "40B", "40t", "40T", "40 K", "40 M" may be units and read both
+  ways, so they never pass on the plain number), percent ("80%", "80 percent", "eighty per
+  cent"; "4‰" and "4 per mille" are 0.4%, "4‱" 0.04%) and unit ("62.5 kWh"). Values compare
+  exactly as decimals (sign included); percent-ness must agree; a known unit on both sides
+  must agree (a number without a unit matches any unit). A decade ("1970s", "1970's",
+  "1970 's") is the year, without a unit. Years and dates are numbers too.
 
 A currency code written against its amount ("USD42"), or a fiscal period's prefix against its
 number ("FY2024", "Q3"), does not hide it: the prefix is set apart.
@@ -85,8 +91,8 @@ _SCALE_WORDS = (
 )
 # What may follow a number (digits or words): a scale word, then percent (per mille and per
 # ten thousand too, see `_finish`) or a unit, with the space before it (a letter against the
-# digits may be a scale, see `_MONEY_SCALES`; an "s" after a year is a decade, see `_digits`;
-# "1970's" has none).
+# digits may be a scale, see `_MONEY_SCALES`, and so may one after a currency symbol written
+# after the digits, "40 $M"; an "s" after a year is a decade, see `_digits`; "1970's" has none).
 _TAIL = (
     rf"(?:\s?+(?P<scale>{_SCALE_WORDS})\b)?"
     r"(?:\s?+(?P<pct>%|‰|‱|percent\b|per\s?cent\b|per\s?mil(?:le)?\b)"

@@ -1,10 +1,12 @@
 """quote_mismatch: quoted text in a claim, and native `cited_text`, must be in the cited source.
 
 Quotes checked: straight double quotes, “…”, «…», »…«, „…“ (or „…”) and fullwidth ＂…＂ of at
-least two words, ‘…’ of at least three words (a lone ’ is usually an apostrophe). Matching is
-exact and case-sensitive after normalising curly/straight quotes and whitespace; trailing
-sentence punctuation inside the quote is ignored, and an elided quote ("a … b") matches when
-every fragment is in one source.
+least two words; ‘…’, straight single quotes, ’…’ (Swedish), ‚…‘ (German), ‹…› and ›…‹ and
+LaTeX's ``…'' of at least three words (’ and ' are mostly apostrophes: one after a word
+character, as in "don’t" or "the workers’", opens no quote). Matching is exact and
+case-sensitive after normalising curly/straight quotes and whitespace; trailing sentence
+punctuation inside the quote is ignored, and an elided quote ("a … b") matches when every
+fragment is in one source.
 
 Native citations: the document / search result must exist; `char_location` compares
 `cited_text` with `text[start:end]`, `content_block_location` and `search_result_location`
