@@ -749,6 +749,10 @@ class _Exchange:
                         await self.body(out, more=True)
                     if release.closed:
                         break  # blocked or broken: the upstream is hung up on as the block exits
+                    if release.verifier.parser.done:
+                        # The terminal event arrived: the answer is whole, and an upstream that
+                        # keeps its connection open must not hold the last claims back.
+                        break
                 last = decoder.finish()
                 release.verifier.sse_undefined = decoder.undefined
                 out = release.feed(last)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,3 +68,23 @@ def test_release_at_the_terminal_event_and_never_relay_what_follows(tmp_path: Pa
             assert r.headers["x-citewarden-decision"] == "released"
             assert "Mars" not in r.text  # bytes after [DONE] were never verified: not relayed
             assert r.text.rstrip().endswith("data: [DONE]")
+
+
+def test_a_progressive_stream_ends_at_the_terminal_event(tmp_path: Path) -> None:
+    """Progressive mode too: an upstream that keeps its connection open after [DONE] must not
+    hold back the last claim (which is decided when the answer is whole) until a timeout."""
+    frames = openai_sse(GOOD, chunk_size=6)
+    up = create_upstream({"lingering": Lingering(frames, linger=60.0)})
+    policy = write_policy(tmp_path, streaming="progressive")
+    with serve(up) as url, run_gateway(url, [policy]) as gw:
+        r = httpx.post(gw.url + "/v1/chat/completions", json=_request("lingering"), timeout=10)
+        assert r.status_code == 200
+        assert r.headers["x-citewarden-decision"] == "progressive"
+        assert "error" not in r.text
+        assert r.text.rstrip().endswith("data: [DONE]")
+        text = "".join(
+            c["delta"].get("content") or ""
+            for line in r.text.splitlines() if line.startswith("data: {")
+            for c in json.loads(line[6:]).get("choices", [])
+        )
+        assert text == GOOD
