@@ -111,6 +111,10 @@ def quotes_in(text: str) -> list[str]:
         _keep(_APOSTROPHE.findall(text), 3, found)
         if lines:
             _keep(_APOSTROPHE_LINES.findall(text), 3, found)
+        if "``" in text:  # closes with "''"
+            _keep(_LATEX.findall(text), 3, found)
+            if lines:
+                _keep(_LATEX_LINES.findall(text), 3, found)
     if not ascii_text:  # three words, as in straight single quotes
         if "’" in text:  # mostly apostrophes too
             _keep(_SWEDISH.findall(text), 3, found)
@@ -123,10 +127,6 @@ def quotes_in(text: str) -> list[str]:
             _keep(_GERMAN.findall(text), 3, found)
             if lines:
                 _keep(_GERMAN_LINES.findall(text), 3, found)
-    if "``" in text:
-        _keep(_LATEX.findall(text), 3, found)
-        if lines:
-            _keep(_LATEX_LINES.findall(text), 3, found)
     return list(dict.fromkeys(found)) if len(found) > 1 else found
 
 
