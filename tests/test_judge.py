@@ -494,6 +494,11 @@ def _scores(*entries: tuple[str, float]) -> list[dict[str, Any]]:
          "judge_bad_verdicts"),
         (_scores(("Entailment", 0.99), ("entailment", 0.02)), "judge_bad_verdicts"),
         (_scores(("entailment", 0.9), ("entailment", 0.9)), "judge_bad_verdicts"),
+        # a score no probability has: no answer to read
+        (_scores(("entailment", 5.0)), "judge_bad_verdicts"),
+        (_scores(("entailment", -0.5)), "judge_bad_verdicts"),
+        (_scores(("entailment", float("nan"))), "judge_bad_verdicts"),
+        (_scores(("entailment", 1.0)), Status.PASS),
     ],
 )
 @pytest.mark.parametrize("wrapped", [True, False])

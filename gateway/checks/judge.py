@@ -342,8 +342,9 @@ class JudgePass:
 
 def _label_score(scores: object, wanted: str) -> float | None:
     """The score of label `wanted` (lower case) in one pair's score list, matched in any case;
-    None unless exactly one entry names it with a number. Two entries for it ("entailment" 0.02,
-    "ENTAILMENT" 0.99) leave the score the classifier meant ambiguous: never the last one."""
+    None unless exactly one entry names it with a number from 0 to 1. Two entries for it
+    ("entailment" 0.02, "ENTAILMENT" 0.99) leave the score the classifier meant ambiguous:
+    never the last one."""
     if not isinstance(scores, list):
         return None
     found: float | None = None
@@ -354,7 +355,8 @@ def _label_score(scores: object, wanted: str) -> float | None:
                 score = s.get("score")
                 if found is not None or isinstance(score, bool):
                     return None
-                if not isinstance(score, int | float):
+                # A probability: a score outside [0, 1] (or NaN) is no answer to read.
+                if not isinstance(score, int | float) or not 0.0 <= score <= 1.0:
                     return None
                 found = float(score)
     return found
