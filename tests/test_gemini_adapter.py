@@ -309,3 +309,102 @@ def test_unnamed_grounding_chunks_of_two_candidates_never_share_an_id() -> None:
     judgement = pipeline.judge(answer, ctx)
     assert [(c.verdict, c.reason) for c in judgement.report.claims] == [
         ("verified", None), ("failed", "number_mismatch")]
+
+
+# -- grounding chunk ids: several chunks of one file, candidates of one index ---------------------
+
+
+def _chunk(uri: str | None, text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {"web": {"uri": uri}}
+    rc: dict[str, Any] = {"text": text}
+    if uri is not None:
+        rc["uri"] = uri
+    return {"retrievedContext": rc}
+
+
+def _cands(*chunk_lists: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"content": {"role": "model", "parts": [{"text": "x"}]}, "index": i,
+         "groundingMetadata": {"groundingChunks": chunks}}
+        for i, chunks in enumerate(chunk_lists)
+    ]
+
+
+def test_a_uri_several_chunks_share_with_different_texts_names_none_of_them() -> None:
+    from gateway.protocols.gemini.parse import grounding_ids
+
+    same = [_chunk("gs://kb/m.pdf", "page one"), _chunk("gs://kb/m.pdf", "page two"),
+            _chunk("gs://kb/other.pdf", "other")]
+    assert grounding_ids(_cands(same)) == [
+        ["groundingChunks[0]", "groundingChunks[1]", "gs://kb/other.pdf"]]
+    # Across candidates too; a web chunk (no text) and a retrieved one of one uri differ.
+    assert grounding_ids(_cands([_chunk("gs://a", "one")], [_chunk("gs://a", "two")])) == [
+        ["groundingChunks[0]"], ["candidates[1].groundingChunks[0]"]]
+    assert grounding_ids(_cands([_chunk("https://w/a", None), _chunk("https://w/a", "t")])) == [
+        ["groundingChunks[0]", "groundingChunks[1]"]]
+    # The same text under one uri (a chunk repeated) keeps the uri as its id.
+    assert grounding_ids(_cands([_chunk("gs://a", "one")], [_chunk("gs://a", "one")])) == [
+        ["gs://a"], ["gs://a"]]
+
+
+def test_chunks_of_one_file_in_the_context_under_the_ids_supports_cite() -> None:
+    from gateway.protocols.gemini.context import grounding_chunks
+
+    text = "The K7 stores 13.5 kWh."
+    body = body_with(text, [{"segment": seg(text, text), "groundingChunkIndices": [1]}])
+    for c, source in zip(body["candidates"][0]["groundingMetadata"]["groundingChunks"],
+                         ("The K7 stores 99 kWh.", text), strict=True):
+        c["retrievedContext"].update(uri="gs://kb/manual.pdf", text=source)
+    answer = parse_body(body)
+    (cit,) = [c for _, _, c in answer.channels[0].native]
+    chunks = {c.id: c.text for c in grounding_chunks(body)}
+    assert cit.id == "groundingChunks[1]" and chunks[cit.id] == text
+    assert "gs://kb/manual.pdf" not in chunks
+
+
+@pytest.mark.parametrize("indices", [(0, 0), (None, 0), (1, None), (3, 3)])
+def test_candidates_of_one_number_are_refused(indices: tuple[int | None, int | None]) -> None:
+    cands = _cands([_chunk(None, "a")], [_chunk(None, "b")])
+    for cand, index in zip(cands, indices, strict=True):
+        if index is None:
+            del cand["index"]
+        else:
+            cand["index"] = index
+    with pytest.raises(ProtocolError, match="same index"):
+        parse_body({"candidates": cands})
+
+
+@pytest.mark.parametrize("where", ["candidate", "chunk"])
+def test_a_candidate_or_chunk_that_is_no_object_is_refused(where: str) -> None:
+    """The field table would drop it and shift the positions chunk ids count."""
+    cands: list[Any] = _cands([_chunk(None, "a"), _chunk(None, "b")])
+    if where == "candidate":
+        cands.insert(0, None)
+    else:
+        cands[0]["groundingMetadata"]["groundingChunks"].insert(0, "junk")
+    with pytest.raises(ProtocolError, match="not an object"):
+        parse_body({"candidates": cands})
+
+
+def test_stream_grounding_chunks_join_the_context_when_the_stream_ends() -> None:
+    """Ids depend on every chunk of the answer: a uri that looked unique when candidate 0's
+    chunks came is shared once candidate 1's come, and neither text is bound under it."""
+    from gateway.policy import ContextSpec
+    from gateway.sse import SSEEvent
+    from gateway.types import ContextSet
+
+    parser = GEMINI.stream_parser(None)  # type: ignore[arg-type]
+    ctx = ContextSet()
+    parser.bind_context(ctx, ContextSpec())  # every source, `response` among them
+    for i, source in enumerate(("The K7 stores 13.5 kWh.", "The K7 stores 99 kWh.")):
+        chunk = {"candidates": [{
+            "content": {"role": "model", "parts": [{"text": "x"}]}, "index": i,
+            "finishReason": "STOP",
+            "groundingMetadata": {"groundingChunks": [_chunk("gs://kb/m.pdf", source)]}}]}
+        parser.feed(SSEEvent(data=json.dumps(chunk)))
+        assert not ctx.chunks
+    parser.finish()
+    assert {k: c.text for k, c in ctx.chunks.items()} == {
+        "groundingChunks[0]": "The K7 stores 13.5 kWh.",
+        "candidates[1].groundingChunks[0]": "The K7 stores 99 kWh."}

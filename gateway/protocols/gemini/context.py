@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gateway.context import Trust, read_tags
-from gateway.protocols.gemini.parse import candidate_list, candidate_number, chunk_ids
+from gateway.protocols.gemini.parse import candidate_list, chunk_text, grounding_ids
 from gateway.types import Chunk, ContextSet
 
 __all__ = ["grounding_chunks", "request_context", "response_context"]
@@ -66,22 +66,18 @@ def request_context(
 
 
 def grounding_chunks(body: Mapping[str, Any]) -> list[Chunk]:
-    """The grounding chunks of every candidate, each under its citation id."""
+    """The grounding chunks of every candidate, each under its citation id (`grounding_ids`:
+    the same ids parse gives the supports that cite them)."""
     out: list[Chunk] = []
-    for ci, cand in enumerate(candidate_list(body)):
-        if not isinstance(cand, Mapping):
-            continue
-        gm = cand.get("groundingMetadata")
+    cands = candidate_list(body)
+    for cand, ids in zip(cands, grounding_ids(cands), strict=True):
+        gm = cand.get("groundingMetadata") if isinstance(cand, Mapping) else None
         chunks = gm.get("groundingChunks") if isinstance(gm, Mapping) else None
         if not isinstance(chunks, list):
             continue
-        for cid, chunk in zip(chunk_ids(cand, candidate_number(cand, ci)), chunks, strict=True):
-            text = None
-            if isinstance(chunk, Mapping):
-                rc = chunk.get("retrievedContext")
-                if isinstance(rc, Mapping) and isinstance(rc.get("text"), str):
-                    text = str(rc["text"])
-            out.append(Chunk(id=cid, text=text))
+        out.extend(
+            Chunk(id=cid, text=chunk_text(chunk)) for cid, chunk in zip(ids, chunks, strict=True)
+        )
     return out
 
 

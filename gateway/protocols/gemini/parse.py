@@ -4,9 +4,9 @@ Channels per candidate (its position in `candidates`): the answer text (its non-
 parts joined in order; path `("candidates", c, "text")`), each `thought: true` part
 (reasoning), each `functionCall`'s `args` (tool arguments, as JSON text). Native citations:
 each `groundingSupports[]` entry cites, for the span of the answer its `segment` locates, the
-grounding chunks its `groundingChunkIndices` name (a chunk's id: its `uri`, else
-`groundingChunks[i]`). Segment offsets are UTF-8 **byte** offsets into the candidate's answer
-text, or into part `partIndex` when that is given (the answer's own text parts only).
+grounding chunks its `groundingChunkIndices` name (a chunk's id: `grounding_ids`). Segment
+offsets are UTF-8 **byte** offsets into the candidate's answer text, or into part `partIndex`
+when that is given (the answer's own text parts only).
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ __all__ = [
     "NAME",
     "CandidateText",
     "answer_text",
-    "chunk_ids",
+    "candidate_numbers",
+    "chunk_text",
+    "grounding_ids",
     "locate_supports",
     "parse_body",
+    "support_citations",
 ]
 
 NAME = "gemini"
@@ -79,32 +82,75 @@ def answer_text(candidate: Mapping[str, Any]) -> CandidateText:
 
 
 def position_id(ci: int, i: int) -> str:
-    """The id of grounding chunk `i` of candidate `ci` that has no URI (or does not exist)."""
+    """The id of grounding chunk `i` of candidate number `ci` whose URI does not name it alone
+    (or that does not exist)."""
     return f"groundingChunks[{i}]" if ci == 0 else f"candidates[{ci}].groundingChunks[{i}]"
 
 
-def candidate_number(candidate: Mapping[str, Any], position: int) -> int:
-    """A candidate's `index`, or its position in `candidates` when it has none."""
-    index = candidate.get("index")
-    return index if type(index) is int else position
+def candidate_numbers(candidates: Sequence[Any]) -> list[int]:
+    """Each candidate's `index`, or its position in `candidates` when it has none. Two
+    candidates of one number would share their positional chunk ids (and a stream merges
+    them): the answer is ambiguous (ProtocolError)."""
+    out: list[int] = []
+    for pos, cand in enumerate(candidates):
+        index = cand.get("index") if isinstance(cand, Mapping) else None
+        out.append(index if type(index) is int else pos)
+    if len(set(out)) != len(out):
+        raise ProtocolError("gemini: two candidates have the same index")
+    return out
 
 
-def chunk_ids(candidate: Mapping[str, Any], ci: int = 0) -> list[str]:
-    """The id of each grounding chunk of candidate number `ci`: its `retrievedContext` /
-    `web` uri (when URI-shaped), else its position (`position_id`), so candidates' unnamed
-    chunks never share an id."""
-    out: list[str] = []
-    gm = candidate.get("groundingMetadata")
+def _chunks(candidate: object) -> list[Any]:
+    gm = candidate.get("groundingMetadata") if isinstance(candidate, Mapping) else None
     chunks = gm.get("groundingChunks") if isinstance(gm, Mapping) else None
-    for i, chunk in enumerate(chunks if isinstance(chunks, list) else []):
-        uri = None
-        if isinstance(chunk, Mapping):
-            for kind in ("retrievedContext", "web"):
-                src = chunk.get(kind)
-                if isinstance(src, Mapping) and is_uri(src.get("uri")):
-                    uri = str(src["uri"])
-                    break
-        out.append(uri or position_id(ci, i))
+    return chunks if isinstance(chunks, list) else []
+
+
+def _chunk_uri(chunk: object) -> str | None:
+    if isinstance(chunk, Mapping):
+        for kind in ("retrievedContext", "web"):
+            src = chunk.get(kind)
+            if isinstance(src, Mapping) and is_uri(src.get("uri")):
+                return str(src["uri"])
+    return None
+
+
+def chunk_text(chunk: object) -> str | None:
+    """A grounding chunk's text: a `retrievedContext` chunk's `text` (a `web` chunk has none)."""
+    rc = chunk.get("retrievedContext") if isinstance(chunk, Mapping) else None
+    text = rc.get("text") if isinstance(rc, Mapping) else None
+    return text if isinstance(text, str) else None
+
+
+def grounding_ids(candidates: Sequence[Any]) -> list[list[str]]:
+    """The id of each grounding chunk of each candidate (by position in `candidates`).
+
+    A chunk's id is its `retrievedContext` / `web` uri when every grounding chunk of the answer
+    with that uri has the same text (so a request's chunk tag of that id can be cited), else
+    its position (`position_id`, by candidate number): several chunks of one file (Vertex AI
+    Search, RAG Engine) share the file's uri, and each support must be checked against the
+    chunk it names, not the first chunk of that uri in the context.
+    """
+    numbers = candidate_numbers(candidates)
+    texts: dict[str, str | None] = {}
+    shared: set[str] = set()
+    for cand in candidates:
+        for chunk in _chunks(cand):
+            uri = _chunk_uri(chunk)
+            if uri is None:
+                continue
+            text = chunk_text(chunk)
+            if uri not in texts:
+                texts[uri] = text
+            elif texts[uri] != text:
+                shared.add(uri)
+    out: list[list[str]] = []
+    for number, cand in zip(numbers, candidates, strict=True):
+        ids: list[str] = []
+        for i, chunk in enumerate(_chunks(cand)):
+            uri = _chunk_uri(chunk)
+            ids.append(uri if uri is not None and uri not in shared else position_id(number, i))
+        out.append(ids)
     return out
 
 
@@ -149,27 +195,32 @@ def locate_supports(
     return out
 
 
-def _support_citations(
-    candidate: Mapping[str, Any], ct: CandidateText, ci: int
-) -> list[tuple[int, int, Citation]]:
+def support_citations(
+    candidate: Mapping[str, Any], ct: CandidateText, ids: Sequence[str], number: int
+) -> list[list[tuple[int, int, Citation]]]:
+    """Per `groundingSupports[]` entry, the citations it makes (a malformed one when its
+    segment text is no slice of the answer; none for an entry without a segment): the content
+    channel's `native` is their concatenation, in this order, so a renderer can tell which
+    support made which citation. `ids`: the candidate's chunk ids (`grounding_ids`)."""
     gm = candidate.get("groundingMetadata")
     supports = gm.get("groundingSupports") if isinstance(gm, Mapping) else None
     if not isinstance(supports, list):
         return []
-    ids = chunk_ids(candidate, ci)
-    spans: list[tuple[int, int, Citation]] = []
+    out: list[list[tuple[int, int, Citation]]] = []
     for support, where in zip(supports, locate_supports(candidate, ct), strict=True):
+        spans: list[tuple[int, int, Citation]] = []
+        out.append(spans)
         if where is None:
             continue
         s, e, same = where
-        indices = support.get("groundingChunkIndices") or []
         if not same:
             spans.append((s, e, Citation(id="", raw="", malformed=SEGMENT_MISMATCH)))
             continue
-        for j in indices:
-            cid = ids[j] if 0 <= j < len(ids) else position_id(ci, j)
+        for j in support.get("groundingChunkIndices") or []:
+            # An index past the chunks names an id no chunk has: a hallucinated citation.
+            cid = ids[j] if 0 <= j < len(ids) else position_id(number, j)
             spans.append((s, e, Citation(id=cid, raw=cid)))
-    return spans
+    return out
 
 
 def _usage(body: Mapping[str, object]) -> dict[str, int]:
@@ -202,15 +253,26 @@ def parse_body(body: Mapping[str, object]) -> Answer:
     answer = Answer(protocol=NAME, body=kept, usage=_usage(kept))
     answer.unknown_fields.extend(path for _, path in log.unknown)
     answer.dropped.extend(log.dropped)
-    kept_candidates = kept.get("candidates")
-    for ci, cand in enumerate(kept_candidates if isinstance(kept_candidates, list) else []):
-        _candidate_channels(answer, ci, cand)
+    # The field table drops a candidate or grounding chunk that is no object, which would
+    # shift the positions chunk ids and `groundingChunkIndices` count: refused instead.
+    for cand in candidates or []:
+        if not isinstance(cand, Mapping):
+            raise ProtocolError("gemini: a candidate is not an object")
+        if not all(isinstance(chunk, Mapping) for chunk in _chunks(cand)):
+            raise ProtocolError("gemini: a grounding chunk is not an object")
+    kept_candidates = candidate_list(kept)
+    ids = grounding_ids(kept_candidates)
+    numbers = candidate_numbers(kept_candidates)
+    for ci, cand in enumerate(kept_candidates):
+        _candidate_channels(answer, ci, cand, ids[ci], numbers[ci])
     return answer
 
 
-def _candidate_channels(answer: Answer, ci: int, cand: Mapping[str, Any]) -> None:
+def _candidate_channels(
+    answer: Answer, ci: int, cand: Mapping[str, Any], ids: Sequence[str], number: int
+) -> None:
     ct = answer_text(cand)
-    native = _support_citations(cand, ct, candidate_number(cand, ci))
+    native = [c for group in support_citations(cand, ct, ids, number) for c in group]
     if ct.parts or native:
         path: tuple[str | int, ...] = ("candidates", ci, "text")
         answer.channels.append(Channel("content", path, ct.text, choice=ci, native=tuple(native)))

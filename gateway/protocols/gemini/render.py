@@ -5,7 +5,10 @@ Every re-rendered candidate holds its answer text as one `text` part (at the pla
 first text part, carrying that part's `thoughtSignature`), so each `groundingSupports[]`
 segment is rewritten against it: byte offsets recomputed from the released text, `text` set
 to the released slice, `partIndex` left out (the offsets index the candidate's answer text).
-A support whose span is not wholly inside a kept claim is dropped. Withheld thought parts keep
+In a partial answer a support stays only when its span is wholly inside a kept span and every
+citation it made is carried by kept claims and by no failed one: a kept span can hold text that
+is no part of its claim (a list item's marker), where a support failed as a claim of its own.
+Withheld thought parts keep
 their `thoughtSignature` (in an empty thought part), so multi-turn with thinking still works.
 """
 
@@ -19,9 +22,16 @@ from typing import Any
 from gateway.policy import Policy
 from gateway.protocols.base import field_allowed, leaks, rebuild_with_map, split_claims
 from gateway.protocols.gemini.offsets import to_bytes
-from gateway.protocols.gemini.parse import answer_text, is_thought, locate_supports
+from gateway.protocols.gemini.parse import (
+    answer_text,
+    candidate_numbers,
+    grounding_ids,
+    is_thought,
+    locate_supports,
+    support_citations,
+)
 from gateway.sse import SSEEvent
-from gateway.types import Answer, Claim, Outcome
+from gateway.types import Answer, Channel, Claim, Outcome
 
 __all__ = ["abstained_body", "partial_body", "released_body", "to_events"]
 
@@ -74,9 +84,11 @@ def _candidate(
     new_text: str | None,
     mapping: Mapping_ | None,
     drop_parts: set[int],
+    keep: Sequence[bool] | None = None,
 ) -> None:
     """Rewrite `cand` (a copy of `original` without the fields the client does not receive)
-    in place: parts per the channel rules, the answer text as one part, supports re-indexed."""
+    in place: parts per the channel rules, the answer text as one part, supports re-indexed
+    (`keep`: per support, whether it may stay at all; None: each may)."""
     ct = answer_text(original)
     text = ct.text if new_text is None else new_text
     spans = locate_supports(original, ct)
@@ -116,8 +128,10 @@ def _candidate(
     supports = gm.get("groundingSupports") if isinstance(gm, dict) else None
     if isinstance(gm, dict) and isinstance(supports, list):
         moved: list[Json] = []
-        for support, span in zip(supports, spans, strict=True):
+        for si, (support, span) in enumerate(zip(supports, spans, strict=True)):
             if span is None or not isinstance(support, Mapping):
+                continue
+            if keep is not None and not (si < len(keep) and keep[si]):
                 continue
             m = _support_moved(support, (span[0], span[1]), text, mapping)
             if m is not None:
@@ -128,6 +142,31 @@ def _candidate(
 def _candidates(body: Json) -> list[Any]:
     c = body.get("candidates")
     return c if isinstance(c, list) else []
+
+
+def _supports_kept(
+    answer: Answer, channel: Channel, kept: set[int], failed: set[int]
+) -> list[bool] | None:
+    """Per grounding support of `channel`'s candidate, whether every citation it made is
+    carried by a kept claim (`kept`: ids of their Citation objects) and by no failed one
+    (`failed`). The channel's `native` is the supports' citations in order
+    (`parse.support_citations`); None when it is not (every support is then dropped)."""
+    cands = _candidates(answer.body)
+    ci = channel.choice
+    if not 0 <= ci < len(cands):
+        return None
+    groups = support_citations(
+        cands[ci], answer_text(cands[ci]), grounding_ids(cands)[ci], candidate_numbers(cands)[ci]
+    )
+    if sum(len(g) for g in groups) != len(channel.native):
+        return None
+    out: list[bool] = []
+    at = 0
+    for group in groups:
+        mine = channel.native[at : at + len(group)]
+        at += len(group)
+        out.append(all(id(c) in kept and id(c) not in failed for _, _, c in mine))
+    return out
 
 
 def released_body(answer: Answer, policy: Policy) -> Json:
@@ -145,7 +184,10 @@ def partial_body(
     disclosure = policy.release.templates.partial
     kept, failed = split_claims(claims, outcome)
     all_failed = [c for cs in failed.values() for c in cs]
+    carried = {id(c) for cs in kept.values() for claim in cs for c in claim.citations}
+    refuted = {id(c) for claim in all_failed for c in claim.citations}
     texts: dict[int, tuple[str, Mapping_]] = {}
+    keeps: dict[int, list[bool]] = {}
     drops: dict[int, set[int]] = {}
     for idx, channel in enumerate(answer.channels):
         if not (idx in failed or (all_failed and leaks(channel, all_failed))):
@@ -153,6 +195,7 @@ def partial_body(
         ci = channel.choice
         if channel.kind == "content":
             texts[ci] = rebuild_with_map(channel.text, kept.get(idx, []), disclosure)
+            keeps[ci] = _supports_kept(answer, channel, carried, refuted) or []
         else:  # a failing tool call or thought part goes whole
             pi = channel.path[4] if channel.kind == "tool_arguments" else channel.path[3]
             drops.setdefault(ci, set()).add(int(pi))
@@ -162,7 +205,7 @@ def partial_body(
         _candidate(
             originals[ci], cand, policy,
             None if new is None else new[0], None if new is None else new[1],
-            drops.get(ci, set()),
+            drops.get(ci, set()), keeps.get(ci),
         )
         if new is not None and not answer_text(originals[ci]).parts:
             cand.setdefault("content", {"role": "model", "parts": []})["parts"].append(

@@ -16,6 +16,7 @@ from gateway.errors import ProtocolError
 from gateway.policy import ContextSpec
 from gateway.protocols.base import StreamParser, TextDelta, channel_key
 from gateway.protocols.fields import FieldLog, clean, loads_unique
+from gateway.protocols.gemini.context import grounding_chunks
 from gateway.protocols.gemini.fields import BODY_TABLE
 from gateway.protocols.gemini.parse import parse_body
 from gateway.sse import SSEEvent
@@ -127,7 +128,9 @@ class GeminiStreamParser(StreamParser):
 
     def bind_context(self, ctx: ContextSet, spec: ContextSpec) -> None:
         """Grounding chunks are context on routes whose `context.from` has `response`: they
-        join `ctx` as they arrive (before the text that cites them is judged)."""
+        join `ctx` when the stream ends, before the answer is judged (it is judged whole: the
+        supports come with the last chunk). Not earlier: a chunk's id (`grounding_ids`)
+        depends on every chunk of the answer, so an id bound early could name another text."""
         if "response" in spec.from_:
             self._ctx, self._spec = ctx, spec
 
@@ -191,16 +194,8 @@ class GeminiStreamParser(StreamParser):
                 if not isinstance(value, Mapping):
                     raise ProtocolError("gemini: groundingMetadata is not an object")
                 st.grounding = merge_grounding(st.grounding, value)
-                self._bind(index, st)
             else:
                 st.extra[key] = value
-
-    def _bind(self, index: int, st: _Candidate) -> None:
-        if self._ctx is None:
-            return
-        from gateway.protocols.gemini.context import grounding_chunks
-
-        self._ctx.extend(grounding_chunks({"candidates": [st.body(index)]}))
 
     def body(self) -> Json:
         body: Json = {}
@@ -225,4 +220,6 @@ class GeminiStreamParser(StreamParser):
             raise ProtocolError("gemini: the stream ended before its candidates finished")
         answer = parse_body(body)
         answer.dropped.extend(self._dropped)
+        if self._ctx is not None:
+            self._ctx.extend(grounding_chunks(body))
         return answer
