@@ -273,13 +273,16 @@ def _anthropic(gw: GatewayProcess, up: Up, mode: Mode, text: str, cit: Obj) -> R
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize(("cited", "start", "end"), [(B, 1, 2), (A, 1, 2), (B, 1, 3)],
-                         ids=["image-as-B", "image-as-A", "image-and-B-shifted"])
+@pytest.mark.parametrize(
+    ("cited", "start", "end"), [(B, 1, 2), (A, 1, 2), (A + B, 0, 2), ("", 1, 2)],
+    ids=["image-as-B", "image-as-A", "A-and-image-as-A-and-B", "image-empty"],
+)
 def test_anthropic_block_indices_count_the_image(
     gateway: GatewayProcess, upstream: Up, mode: Mode, cited: str, start: int, end: int
 ) -> None:
-    """Block 1 is the image: a citation of it (or a range shifted by it) whose cited_text is
-    a text block's is no citation of that text, and is not released."""
+    """Block 1 is the image: a citation of it whose cited_text is a text block's is no
+    citation of that text, a range of A and the image does not hold B, and an image alone
+    (empty cited_text) is no evidence: none is released."""
     text = "The housing is rated to 6 bar."
     resp = _anthropic(gateway, upstream, mode, text, _block_cit(cited, start, end))
     assert resp.header("x-citewarden-decision") != "released", resp.body
@@ -300,3 +303,41 @@ def test_anthropic_block_indices_control_true_index_released(
     resp = _anthropic(gateway, upstream, mode, text, _block_cit(cited, start, end))
     assert _released(resp), resp.body
     assert ANTHROPIC.answer_text(resp) == text, resp.body
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_anthropic_failed_citation_on_a_list_marker_leaves_the_partial_answer(
+    gateway: GatewayProcess, upstream: Up, mode: Mode
+) -> None:
+    """The anthropic twin of the gemini case: a citation on the "- " block fails (its
+    cited_text is in no document) as a claim of its own; the kept item's span covers that
+    block, yet the block keeps only citations of the kept claim."""
+    bad = {"type": "char_location", "cited_text": "The pump was designed in 1931.",
+           "document_index": 0, "document_title": "Pump manual",
+           "start_char_index": 0, "end_char_index": 30}
+    good = _block_cit(A, 0, 1)
+    blocks = [{"type": "text", "text": "- ", "citations": [bad]},
+              {"type": "text", "text": A, "citations": [good]}]
+    if mode == "json":
+        msg = {"id": "msg_native2", "type": "message", "role": "assistant",
+               "model": "claude-fake", "content": blocks, "stop_reason": "end_turn",
+               "stop_sequence": None, "usage": {"input_tokens": 5, "output_tokens": 5}}
+        resp = run_case(gateway, upstream, ANTHROPIC, mode, Json(msg),
+                        request=_doc_request(False))
+    else:
+        events = [_start()]
+        for i, b in enumerate(blocks):
+            events += [_block_start(i, {"type": "text", "text": ""}),
+                       _d(i, {"type": "citations_delta", "citation": b["citations"][0]}),
+                       _d(i, {"type": "text_delta", "text": b["text"]}), _stop(i)]
+        events += _tail()
+        frames = b"".join(wire.anthropic_frames([(e["type"], e) for e in events]))
+        resp = run_case(gateway, upstream, ANTHROPIC, mode,
+                        Stream([frames], seed=3, max_piece=97, delay=0.0),
+                        request=_doc_request(True))
+    assert resp.status == 200, resp.body
+    assert b"1931" not in resp.body, resp.body
+    assert A in ANTHROPIC.answer_text(resp), resp.body
+    if mode != "progressive":
+        assert resp.header("x-citewarden-decision") == "partial", resp.body
+        assert b"content_block_location" in resp.body, resp.body  # the kept claim's citation

@@ -29,6 +29,25 @@ def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _blocks(content: object) -> tuple[str, ...]:
+    """The blocks of a custom-content document or search result, by position: a text block's
+    text, and "" for any other block (an image), which `content_block_location` indices count
+    too. Dropping it would shift every later block: a citation of the image would read as one
+    of the next text block (and the true index of that block would fail)."""
+    if isinstance(content, str):
+        return (content,)
+    if not isinstance(content, list):
+        return ()
+    return tuple(
+        b if isinstance(b, str)
+        else str(b["text"]) if (
+            isinstance(b, Mapping) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        )
+        else ""
+        for b in content
+    )
+
+
 def _doc_from_block(block: Mapping[str, object], index: int) -> Document:
     title = _str(block.get("title"))
     src = block.get("source")
@@ -38,7 +57,7 @@ def _doc_from_block(block: Mapping[str, object], index: int) -> Document:
     if stype == "text" and isinstance(src.get("data"), str):
         return Document(index=index, kind="text", text=str(src["data"]), title=title)
     if stype == "content":
-        blocks = tuple(content_texts(src.get("content")))
+        blocks = _blocks(src.get("content"))
         return Document(index=index, kind="content", blocks=blocks, title=title)
     url = _str(src.get("url"))
     return Document(index=index, kind="pdf", title=title, source=url)
@@ -47,7 +66,7 @@ def _doc_from_block(block: Mapping[str, object], index: int) -> Document:
 def _search_result(block: Mapping[str, object], index: int) -> Document:
     title = _str(block.get("title"))
     source = _str(block.get("source"))
-    blocks = tuple(content_texts(block.get("content")))
+    blocks = _blocks(block.get("content"))
     return Document(index=index, kind="search_result", blocks=blocks, title=title, source=source)
 
 
