@@ -203,11 +203,31 @@ def test_search_result_fields_are_decided() -> None:
         search_results=[{"url": "https://a.example/", "date": "2025-01-02", "title": "T",
                          "snippet": "S", "last_updated": "yesterday"}],
     )
-    answer = parse_body(body)
+    answer = _on_route("numeric", lambda: parse_body(body))
     assert sorted(answer.unknown_fields) == [
         ("search_results", 0, "snippet"), ("search_results", 0, "title")
     ]
     assert ("search_result", ("search_results", 0, "last_updated")) in answer.dropped
+
+
+@pytest.mark.parametrize("fmt", ["doc-chunk", "footnote", "regex", None])
+def test_search_lists_are_not_relayed_where_they_are_no_context(fmt: str | None) -> None:
+    """The lists cite nothing the gateway checked on a route whose markers are not numeric
+    (or outside an exchange): their URLs are free text there, so the body loses them."""
+    body = _body({"content": "hi"}, citations=["https://a.example/ZQX-built-it"],
+                 search_results=[{"url": "https://a.example/ZQX", "title": "T"}])
+    if fmt is None:
+        answer = contextvars.Context().run(lambda: parse_body(body))
+    else:
+        answer = _on_route(fmt, lambda: parse_body(body))
+    assert "citations" not in answer.body and "search_results" not in answer.body
+    assert ("top", ("citations",)) in answer.dropped
+    assert ("top", ("search_results",)) in answer.dropped
+    assert answer.unknown_fields == []  # the title went with its list
+    kept = _on_route("numeric", lambda: parse_body(body))
+    assert kept.body["citations"] == ["https://a.example/ZQX-built-it"]
+    assert kept.body["search_results"] == [{"url": "https://a.example/ZQX", "title": "T"}]
+    assert kept.dropped == []
 
 
 def _verify(policy: Path, response: str, request: str = "request.json") -> Any:
@@ -413,3 +433,122 @@ def test_decided_frames_drop_nothing() -> None:
         {"delta": {}, "none": True, "top": {"usage": _USAGE}},
     ])
     assert dropped == []
+
+
+# -- what the stream parser let go of is recorded (the stream is then re-framed) ---------------
+
+
+def _undecided(deltas: list[dict[str, Any]]) -> list[Any]:
+    """What the assembled answer dropped or does not know (either re-frames the stream on a
+    route that does not allow-list it)."""
+    parser = OpenAIStreamParser()
+    _feed(parser, copy.deepcopy(deltas))
+    answer = parser.finish()
+    return [*answer.dropped, *answer.unknown_fields]
+
+
+_THINK = {"type": "thinking", "thinking": [_t("a")]}
+_DETAIL = {"type": "reasoning.text", "index": 0, "text": "a"}
+
+
+@pytest.mark.parametrize(
+    "deltas",
+    [
+        pytest.param([{"content": [{**_t("A."), "note": "a b"}]}], id="text-chunk-extra"),
+        pytest.param([{"content": [_t("A"), {**_t("."), "x_meta": {"k": 1}}]}],
+                     id="text-chunk-extra-later"),
+        pytest.param([{"content": [_THINK]}, {"content": [{**_THINK, "note": "a b"}]}],
+                     id="thinking-continued-extra"),
+        pytest.param([{"content": [{**_THINK, "closed": False}]},
+                      {"content": [{**_THINK, "closed": "a b"}]}],
+                     id="thinking-continued-other-value"),
+        pytest.param([{"reasoning_details": [{**_DETAIL, "signature": {"n": "a b"}}]}],
+                     id="detail-signature-object"),
+        pytest.param([{"reasoning_details": [_DETAIL]},
+                      {"reasoning_details": [{**_DETAIL, "signature": ["a b"]}]}],
+                     id="detail-continued-signature-list"),
+        pytest.param([{"reasoning_details": [{**_DETAIL, "text": 7}]}],
+                     id="detail-text-number"),
+    ],
+)
+def test_a_value_lost_while_merging_is_dropped(deltas: list[dict[str, Any]]) -> None:
+    assert _undecided(deltas), "the stream would be relayed as the upstream's bytes"
+
+
+def test_merged_pieces_that_lose_nothing_drop_nothing() -> None:
+    """Thinking continued (its `closed` said once, then repeated) and details continued with a
+    signature: the assembled body holds all of it."""
+    parser = OpenAIStreamParser()
+    _feed(parser, [
+        {"content": [_t("A"), _t(".")]},
+        {"content": [_THINK]},
+        {"content": [{**_THINK, "closed": True}]},
+        {"content": [{**_THINK, "closed": True}]},
+        {"reasoning_details": [_DETAIL]},
+        {"reasoning_details": [{**_DETAIL, "signature": "c2ln", "text": "b"}]},
+    ])
+    assert parser.finish().dropped == []
+    msg = parser.body()["choices"][0]["message"]
+    assert msg["content"] == [
+        _t("A."), {"type": "thinking", "thinking": [_t("a")] * 3, "closed": True}
+    ]
+    assert msg["reasoning_details"] == [{**_DETAIL, "text": "ab", "signature": "c2ln"}]
+
+
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"])
+def test_an_event_line_on_the_done_event_is_dropped(end: str) -> None:
+    from gateway.sse import SSEDecoder
+
+    parser = OpenAIStreamParser()
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    frame = json.dumps({**head, "choices": [{"index": 0, "delta": {"content": "A."},
+                                             "finish_reason": "stop"}]})
+    raw = f"data: {frame}{end}{end}event: a b{end}data: [DONE]{end}{end}".encode()
+    for event in SSEDecoder().feed(raw):
+        parser.feed(event)
+    assert parser.done
+    assert ("sse", ("event",)) in parser.finish().dropped
+
+
+@pytest.mark.parametrize(
+    "delta",
+    [
+        pytest.param({"tool_calls": [{"index": 0, "id": "c", "function": "a b"}]},
+                     id="function-string"),
+        pytest.param({"tool_calls": [{"index": 0, "id": "c",
+                                      "function": {"name": "f", "arguments": {"a": 1}}}]},
+                     id="arguments-object"),
+        pytest.param({"tool_calls": [{"index": 0, "id": "c",
+                                      "function": {"name": "f", "arguments": 0}}]},
+                     id="arguments-zero"),
+        pytest.param({"tool_calls": [{"index": 0, "id": "c",
+                                      "function": {"name": ["f"], "arguments": "{}"}}]},
+                     id="name-list"),
+        pytest.param({"function_call": {"name": {"x": 1}, "arguments": "{}"}},
+                     id="function-call-name-object"),
+        pytest.param({"function_call": {"name": "f", "arguments": ["a"]}},
+                     id="function-call-arguments-list"),
+    ],
+)
+def test_a_malformed_tool_call_delta_is_a_protocol_error(delta: dict[str, Any]) -> None:
+    from gateway.errors import ProtocolError
+
+    with pytest.raises(ProtocolError):
+        _feed(OpenAIStreamParser(), [delta])
+
+
+def test_tool_call_deltas_of_the_usual_shapes_are_assembled() -> None:
+    parser = OpenAIStreamParser()
+    _feed(parser, [
+        {"tool_calls": [{"index": 0, "id": "c", "type": "function",
+                         "function": {"name": "f", "arguments": ""}}]},
+        {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]},
+        {"tool_calls": [{"index": 0, "function": {"name": None, "arguments": None}}]},
+        {"function_call": {"name": "g", "arguments": None}},
+        {"function_call": {"arguments": "{}"}},
+    ])
+    msg = parser.body()["choices"][0]["message"]
+    assert msg["tool_calls"] == [{"id": "c", "type": "function",
+                                  "function": {"name": "f", "arguments": "{}"}}]
+    assert msg["function_call"] == {"name": "g", "arguments": "{}"}
+    assert parser.finish().dropped == []

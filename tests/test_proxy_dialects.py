@@ -86,6 +86,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "vstrip": {"reasoning": "verify", "on_unverified": "strip"},
     "allow": {"allow": ["reasoning_details", "thinking", "search_results.*.title"]},
     "num": {"fmt": "numeric"},
+    "numallow": {"fmt": "numeric", "allow": ["search_results.*.title"]},
     "numstrip": {"fmt": "numeric", "on_unverified": "strip"},
     "numprog": {"fmt": "numeric", "streaming": "progressive", "on_unverified": "strip"},
     "numreq": {"fmt": "numeric", "sources": ["request", "header"]},
@@ -449,7 +450,7 @@ def test_perplexity_markers_verify_against_search_results(stack: Any) -> None:
 
 
 def test_perplexity_titles_relayed_only_when_allow_listed(stack: Any) -> None:
-    result, _ = _call(stack, "allow", Json(_pplx(GOOD)), CHAT)
+    result, _ = _call(stack, "numallow", Json(_pplx(PPLX_GOOD)), PPLX_CHAT)
     titles = [r.get("title") for r in _top(result, "search_results")]
     assert titles == [SEARCH_RESULTS[0]["title"], SEARCH_RESULTS[1]["title"]]
     assert all("snippet" not in r for r in _top(result, "search_results"))
@@ -493,14 +494,39 @@ def test_perplexity_bad_lists_are_dropped_whole(stack: Any) -> None:
     """Positions mean something: a list with a bad entry is not relayed at all, and a result
     that is not an object is no context (citing it is hallucinated)."""
     results = [SEARCH_RESULTS[0], PLANT]
-    body = _pplx(GOOD, citations=[CITATIONS[0], PLANT], search_results=results)
-    result, raw = _call(stack, "allow", Json(body), CHAT)
+    body = _pplx("The Orbit pump moves 40 litres per minute [1].",
+                 citations=[CITATIONS[0], PLANT], search_results=results)
+    result, raw = _call(stack, "numallow", Json(body), PPLX_CHAT)
+    assert result.choices[0].message.content == "The Orbit pump moves 40 litres per minute [1]."
     assert _top(result, "citations") is None and _top(result, "search_results") is None
     _clean(raw)
     body = _pplx("The Orbit pump weighs 12 kilograms [2].", citations=None,
                  search_results=results)
     result, raw = _call(stack, "num", Json(body), PPLX_CHAT)
     _blocked(result, "hallucinated_citation")
+    _clean(raw)
+
+
+@pytest.mark.parametrize("variant", ["allow", "foot"])
+def test_perplexity_lists_are_not_relayed_where_they_are_no_context(
+    stack: Any, variant: str
+) -> None:
+    """On a route whose markers are not numeric the lists cite nothing the gateway checked
+    (even with their titles allow-listed): the answer goes out without them, in JSON and in a
+    buffered stream."""
+    content = GOOD if variant == "allow" else "The Orbit pump moves 40 litres per minute [^1]."
+    messages = CHAT if variant == "allow" else [
+        {"role": "system", "content": SYSTEM.replace('id="kb:1"', 'id="1"')}, CHAT[1]]
+    lists = {"citations": [*CITATIONS, f"https://x.example/{MARKER}-built-it"],
+             "search_results": SEARCH_RESULTS}
+    result, raw = _call(stack, variant, Json(_pplx(content, **lists)), messages)
+    assert result.choices[0].message.content == content
+    assert _top(result, "citations") is None and _top(result, "search_results") is None
+    _clean(raw)
+    frames = _frames([{"content": p} for p in _pieces(content)], every=lists)
+    result, raw = _call(stack, variant, Stream(frames), messages, stream=True)
+    assert _streamed_text(result) == content
+    assert not [c for c in result if (c.model_extra or {}).get("citations")]
     _clean(raw)
 
 

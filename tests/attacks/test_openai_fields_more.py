@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ import pytest
 from gateway.demo import responses_wire as rw
 from gateway.demo import wire
 from tests.attacks.conftest import run_case
-from tests.attacks.harness import GatewayProcess, RawResponse, assert_no_leak
+from tests.attacks.harness import GatewayProcess, RawResponse, assert_no_leak, running_gateway
 from tests.attacks.protocols import (
     _OA_HEAD,
     BAD,
@@ -415,3 +415,248 @@ def test_responses_clean_file_search_results_the_client_asked_for_are_kept(
     item = next(i for i in _final(resp, mode)["output"] if i["type"] == "file_search_call")
     assert item["results"] == RESULTS
     assert RESPONSES.answer_text(resp) == GOOD
+
+
+# -- openai-chat: what the stream parser discarded, coerced or ignored -------------------------
+#
+# A buffered stream goes out as the upstream's bytes only when the assembled answer holds
+# everything it said; each case here is a value the parser once let go of unrecorded.
+
+def _text0(resp: RawResponse) -> str:
+    """Choice 0's content text as the client assembles it: string deltas, or the `text`
+    chunks of Mistral chunk lists."""
+    out: list[str] = []
+    for _, data in sse_events(resp.body):
+        if data.strip() == "[DONE]":
+            continue
+        for choice in json.loads(data).get("choices") or []:
+            piece = (choice.get("delta") or {}).get("content") if choice["index"] == 0 else None
+            if isinstance(piece, str):
+                out.append(piece)
+            elif isinstance(piece, list):
+                out.extend(c["text"] for c in piece if c.get("type") == "text")
+    return "".join(out)
+
+
+_EOL = {"lf": "\n", "crlf": "\r\n", "cr": "\r"}
+
+
+@pytest.mark.parametrize("mode", ["buffer", "progressive"])
+@pytest.mark.parametrize("eol", list(_EOL))
+def test_chat_event_line_on_the_done_event_is_not_relayed(
+    gateway: GatewayProcess, upstream: Up, mode: Mode, eol: str
+) -> None:
+    n = _EOL[eol]
+    frames = [*_oa_sse(_oa_chunks(GOOD), done=False),
+              f"event: {BAD}{n}data: [DONE]{n}{n}".encode()]
+    resp = run_case(gateway, upstream, CHAT, mode, _stream(frames))
+    assert resp.status == 200, resp.raw[:800]
+    assert_no_leak(resp)
+    assert CHAT.answer_text(resp) == GOOD
+
+
+def _mistral_text(extra: Body, index: int = 0) -> list[Body]:
+    cs = [_oa_chunk({"role": "assistant", "content": ""}, index=index)]
+    pieces = wire.split_fixed(GOOD, PIECE)
+    cs += [_oa_chunk({"content": [{"type": "text", "text": p, **(extra if k == 1 else {})}]},
+                     index=index) for k, p in enumerate(pieces)]
+    cs.append(_oa_chunk({}, "stop", index=index))
+    return cs
+
+
+@pytest.mark.parametrize("mode", ["buffer", "progressive"])
+@pytest.mark.parametrize("choice", [0, 1])
+def test_chat_mistral_text_chunk_keys_beyond_its_text_are_not_relayed(
+    gateway: GatewayProcess, upstream: Up, mode: Mode, choice: int
+) -> None:
+    cs = _mistral_text({"note": BAD, "x_meta": {"why": BAD}}, index=choice)
+    if choice:
+        cs = [*_oa_chunks(GOOD)[:-1], *cs, _oa_chunk({}, "stop")]
+    req = CHAT.request(QUESTION, True)
+    req["n"] = choice + 1
+    resp = run_case(gateway, upstream, CHAT, mode, _stream(_oa_sse(cs)), request=req)
+    assert resp.status == 200, resp.raw[:800]
+    assert_no_leak(resp)
+    assert _text0(resp) == GOOD
+
+
+def test_chat_clean_mistral_text_stream_is_still_relayed_as_is(
+    gateway: GatewayProcess, upstream: Up
+) -> None:
+    """Positive control: text chunks that say nothing but their text go out byte for byte."""
+    frames = _oa_sse(_mistral_text({}))
+    resp = run_case(gateway, upstream, CHAT, "buffer", _stream(frames))
+    assert resp.status == 200, resp.raw[:800]
+    assert resp.header("x-citewarden-decision") == "released", resp.body[:800]
+    assert resp.body == b"".join(frames)
+
+
+def test_chat_clean_stream_with_usage_and_logprobs_is_still_relayed_as_is(
+    gateway: GatewayProcess, upstream: Up
+) -> None:
+    """Positive control: the everyday OpenAI stream (`include_usage`, logprobs)."""
+    cs = _oa_chunks(GOOD)
+    for c, t in zip(cs[1:-1], _tokens(GOOD), strict=True):
+        c["choices"][0]["logprobs"] = {"content": [t], "refusal": None}
+    for c in cs:
+        c["usage"] = None
+    cs.append({**_OA_HEAD, "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 12,
+                                                     "total_tokens": 21}})
+    frames = _oa_sse(cs)
+    req = CHAT.request(QUESTION, True)
+    req["stream_options"] = {"include_usage": True}
+    req["logprobs"] = True
+    resp = run_case(gateway, upstream, CHAT, "buffer", _stream(frames), request=req)
+    assert resp.status == 200, resp.raw[:800]
+    assert resp.header("x-citewarden-decision") == "released", resp.body[:800]
+    assert resp.body == b"".join(frames)
+
+
+MALFORMED_CALLS: dict[str, Body] = {
+    "function-string": {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                        "function": BAD}]},
+    "arguments-object": {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                         "function": {"name": "f", "arguments": {"a": BAD}}}]},
+    "arguments-number": {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                         "function": {"name": "f", "arguments": 0}}]},
+    "name-list": {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                  "function": {"name": [BAD], "arguments": "{}"}}]},
+    "function-call-name-object": {"function_call": {"name": {"x": BAD}, "arguments": "{}"}},
+    "function-call-arguments-list": {"function_call": {"name": "f", "arguments": [BAD]}},
+}
+
+
+@pytest.mark.parametrize("mode", ["buffer", "progressive"])
+@pytest.mark.parametrize("case", list(MALFORMED_CALLS))
+def test_chat_malformed_tool_call_delta_is_an_upstream_error(
+    gateway: GatewayProcess, upstream: Up, mode: Mode, case: str
+) -> None:
+    cs = _oa_chunks(GOOD)
+    cs.insert(-1, _oa_chunk(copy.deepcopy(MALFORMED_CALLS[case])))
+    resp = run_case(gateway, upstream, CHAT, mode, _stream(_oa_sse(cs)))
+    assert_no_leak(resp)
+    # The upstream's fault, not the gateway's: no internal error is audited.
+    assert b"internal_error" not in resp.body, resp.body[:800]
+    assert b"the gateway failed" not in resp.body, resp.body[:800]
+    if mode == "buffer":
+        assert resp.status == 502, resp.raw[:800]
+        assert b"bad_upstream_answer" in resp.body, resp.body[:800]
+
+
+def test_chat_well_formed_tool_call_deltas_still_verify(
+    gateway: GatewayProcess, upstream: Up
+) -> None:
+    """Positive control: a tool call streamed in pieces, name first, then arguments."""
+    cs = _oa_chunks(GOOD)
+    cs.insert(-1, _oa_chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                             "function": {"name": "lookup", "arguments": ""}}]}))
+    cs.insert(-1, _oa_chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"q":'}}]}))
+    cs.insert(-1, _oa_chunk({"tool_calls": [{"index": 0, "function": {"arguments": ' "x"}'}}]}))
+    resp = run_case(gateway, upstream, CHAT, "buffer", _stream(_oa_sse(cs)))
+    assert resp.status == 200, resp.raw[:800]
+    assert resp.header("x-citewarden-decision") == "released", resp.body[:800]
+
+
+PROSE_URL = "https://example.com/ZQXMARKER-designed-the-orbit-pump-in-1931"
+
+
+@pytest.mark.parametrize("mode", ["json", "buffer", "progressive"])
+@pytest.mark.parametrize("key", ["citations", "search_results"])
+def test_chat_perplexity_lists_are_not_relayed_where_they_are_no_context(
+    gateway: GatewayProcess, upstream: Up, mode: Mode, key: str
+) -> None:
+    """On a route whose markers are not numeric the lists cite nothing the gateway checked:
+    a URL is free text there."""
+    value: list[Any] = ([PROSE_URL] if key == "citations"
+                        else [{"url": PROSE_URL, "date": None}])
+    resp = _chat(gateway, upstream, mode, lambda b: b.__setitem__(key, copy.deepcopy(value)),
+                 lambda cs: cs.insert(-1, {**_OA_HEAD, "choices": [],
+                                           key: copy.deepcopy(value)}))
+    assert resp.status == 200, resp.raw[:800]
+    assert_no_leak(resp)
+    assert CHAT.answer_text(resp) == GOOD
+
+
+# -- openai-chat with reasoning relayed: values lost while merging streamed pieces ---------------
+
+
+@pytest.fixture(scope="module")
+def reasoning_gateway(
+    upstream: Up, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
+    """`channels.reasoning: verify` for requests with `x-reasoning: verify`, else `pass`."""
+    directory = tmp_path_factory.mktemp("reasoning")
+    files = []
+    for rule, match in (("verify", ", header: {x-reasoning: verify}"), ("pass", "")):
+        path = directory / f"{rule}.yaml"
+        path.write_text(
+            f"name: r-{rule}\nmode: enforce\nroutes:\n  - name: chat-{rule}\n"
+            f"    match: {{path: /v1/chat/completions{match}}}\n    protocol: openai-chat\n"
+            "citations: {format: doc-chunk}\n"
+            f"channels: {{reasoning: {rule}}}\n"
+            "release: {on_unverified: strip, on_infrastructure_failure: abstain}\n"
+            "streaming: {mode: buffer}\n"
+        )
+        files.append(path)
+    with running_gateway(upstream[0], files, directory / "gateway.log") as gw:
+        yield gw
+
+
+def _cut(n: int) -> list[str]:
+    """GOOD in `n` pieces: reasoning that verifies, so `verify` releases it unchanged."""
+    step = -(-len(GOOD) // n)
+    return [GOOD[i : i + step] for i in range(0, len(GOOD), step)]
+
+
+def _thinking(*extra: Body) -> list[Body]:
+    cs = _oa_chunks(GOOD)
+    extras = ({}, *extra)
+    for k, (e, text) in enumerate(zip(extras, _cut(len(extras)), strict=True)):
+        part = {"type": "thinking", "thinking": [{"type": "text", "text": text}], **e}
+        cs.insert(1 + k, _oa_chunk({"content": [part]}))
+    return cs
+
+
+def _details(*entries: Body) -> list[Body]:
+    cs = _oa_chunks(GOOD)
+    for k, (e, text) in enumerate(zip(entries, _cut(len(entries)), strict=True)):
+        entry = {"type": "reasoning.text", "index": 0, "text": text, **e}
+        cs.insert(1 + k, _oa_chunk({"reasoning_details": [entry]}))
+    return cs
+
+
+MERGED: dict[str, list[Body]] = {
+    "thinking-continued-extra-key": _thinking({"note": BAD}),
+    "thinking-continued-other-closed": _thinking({"closed": True}, {"closed": BAD}),
+    "detail-signature-object": _details({"signature": {"note": BAD}}),
+    "detail-continued-signature-list": _details({}, {"signature": [BAD]}),
+    "detail-continued-text-object": _details({}, {"text": {"note": BAD}}),
+}
+
+
+@pytest.mark.parametrize("rule", ["pass", "verify"])
+@pytest.mark.parametrize("case", list(MERGED))
+def test_chat_reasoning_piece_lost_while_merging_is_not_relayed(
+    reasoning_gateway: GatewayProcess, upstream: Up, rule: str, case: str
+) -> None:
+    resp = run_case(reasoning_gateway, upstream, CHAT, "buffer",
+                    _stream(_oa_sse(copy.deepcopy(MERGED[case]))),
+                    headers=[("x-reasoning", rule)] if rule == "verify" else [])
+    assert resp.status == 200, resp.raw[:800]
+    assert_no_leak(resp)
+    # The text object is no piece of the reasoning: under `verify` its half-sentence fails.
+    assert _text0(resp).startswith(GOOD)
+
+
+def test_chat_clean_reasoning_pieces_are_still_relayed_as_is(
+    reasoning_gateway: GatewayProcess, upstream: Up
+) -> None:
+    """Positive control: thinking continued (closed once), details continued with a signature:
+    nothing lost, so the stream goes out byte for byte under `pass`."""
+    cs = _thinking({}, {"closed": True})
+    cs[4:4] = _details({}, {"signature": "c2lnbmF0dXJl"})[1:3]
+    frames = _oa_sse(cs)
+    resp = run_case(reasoning_gateway, upstream, CHAT, "buffer", _stream(frames))
+    assert resp.status == 200, resp.raw[:800]
+    assert resp.header("x-citewarden-decision") == "released", resp.body[:800]
+    assert resp.body == b"".join(frames)

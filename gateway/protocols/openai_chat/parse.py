@@ -13,7 +13,8 @@ from typing import Any
 from gateway.errors import ProtocolError
 from gateway.protocols.fields import FieldLog, clean
 from gateway.protocols.openai_chat.chunks import chunks_text, thinking_text
-from gateway.protocols.openai_chat.fields import BODY_TABLE, REASONING_KEYS
+from gateway.protocols.openai_chat.context import numeric_route
+from gateway.protocols.openai_chat.fields import BODY_TABLE, REASONING_KEYS, SEARCH_KEYS
 from gateway.types import Answer, Channel
 
 __all__ = ["NAME", "parse_body"]
@@ -48,6 +49,18 @@ def _text_or_none(value: object, where: str) -> str | None:
     raise ProtocolError(f"openai-chat: {where} must be a string or null")
 
 
+def _drop_search_lists(kept: Json, log: FieldLog) -> None:
+    """Perplexity's lists are context for numeric `[N]` markers only (context.py); on any
+    other route they cite nothing the gateway checked, and a URL is free text the upstream
+    chose (`https://x.example/the-pump-was-built-in-1931`), so the body does not keep them,
+    nor anything the field table found in them."""
+    for key in SEARCH_KEYS:
+        if key in kept:
+            del kept[key]
+            log.dropped.append(("top", (key,)))
+    log.unknown[:] = [(lv, p) for lv, p in log.unknown if p[0] not in SEARCH_KEYS]
+
+
 def parse_body(body: Mapping[str, object]) -> Answer:
     if not isinstance(body, Mapping):
         raise ProtocolError("openai-chat: response body is not a JSON object")
@@ -65,6 +78,8 @@ def parse_body(body: Mapping[str, object]) -> Answer:
     choices = kept.get("choices")
     if not isinstance(choices, list):
         raise ProtocolError("openai-chat: response has no choices list")
+    if ("citations" in kept or "search_results" in kept) and not numeric_route():
+        _drop_search_lists(kept, log)
     answer = Answer(protocol=NAME, body=kept, usage=_usage(kept))
     answer.unknown_fields.extend(path for _, path in log.unknown)
     answer.dropped.extend(log.dropped)

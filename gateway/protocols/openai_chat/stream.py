@@ -38,6 +38,9 @@ Json = dict[str, Any]
 _HEAD_KEYS = ("id", "created", "model", "system_fingerprint", "service_tier")
 _TEXT_KEYS = frozenset({"content", "refusal", *REASONING_KEYS})
 _CHOICE_CHUNK_KEYS = frozenset({"index", "delta", "finish_reason", "logprobs"})
+# A Mistral text chunk is only its text in the body; a continued thinking chunk, its parts.
+_TEXT_CHUNK_KEYS = frozenset({"type", "text"})
+_THINKING_MERGED = frozenset({"type", "thinking"})
 
 
 def _channel_keys(i: int) -> dict[str, str]:
@@ -192,16 +195,17 @@ class OpenAIStreamParser(StreamParser):
     def feed(self, event: SSEEvent) -> list[TextDelta]:
         if self._done:
             return []
+        if event.event is not None:
+            if event.event == "error":
+                raise ProtocolError("openai-chat: the stream carried an error event")
+            # The protocol names no events: an `event:` line is not relayed, the [DONE]
+            # event's included (the body holds nothing of it).
+            self._dropped.append(("sse", ("event",)))
         data = event.data
         # A JSON object starts with "{" (after any whitespace); only other data can be [DONE].
         if not data.startswith("{") and data.strip() == "[DONE]":
             self._done = True
             return []
-        if event.event == "error":
-            raise ProtocolError("openai-chat: the stream carried an error event")
-        if event.event is not None:
-            # The protocol names no events: an `event:` line is not relayed.
-            self._dropped.append(("sse", ("event",)))
         try:
             chunk = loads_unique(data, stdlib=True)
         except ProtocolError as exc:
@@ -278,7 +282,7 @@ class OpenAIStreamParser(StreamParser):
             if value is None:
                 continue
             if key == "content" and isinstance(value, list):
-                out.extend(self._content_chunks(st, keys, value))
+                out.extend(self._content_chunks(st, i, keys, value))
                 if not self._references and any(
                     isinstance(c, dict) and c.get("type") == "reference" for c in value
                 ):
@@ -295,28 +299,39 @@ class OpenAIStreamParser(StreamParser):
                     out.append((keys[key], value))
             elif key == "role":
                 st.msg["role"] = value
-            elif key == "tool_calls" and isinstance(value, list):
+            elif key == "tool_calls":
+                if not isinstance(value, list):
+                    raise ProtocolError("openai-chat: a delta's tool_calls is not a list")
                 for tc in value:
                     out.extend(self._tool_delta(st, i, tc))
-            elif key == "function_call" and isinstance(value, dict):
+            elif key == "function_call":
+                if not isinstance(value, dict):
+                    raise ProtocolError("openai-chat: a delta's function_call is not an object")
+                name, args = _strings(value, "function_call")
                 # Pieces are kept in lists and joined once in body(): `+=` on a string held
                 # in a dict copies it every time, quadratic in the arguments' length.
                 fc = st.msg.setdefault("function_call", {"name": [], "arguments": []})
-                fc["name"].append(value.get("name") or "")
-                args = value.get("arguments") or ""
+                fc["name"].append(name)
                 fc["arguments"].append(args)
                 if args:
                     out.append((keys["function_call"], args))
-            elif key == "audio" and isinstance(value, dict):
+            elif key == "audio":
+                if not isinstance(value, dict):
+                    raise ProtocolError("openai-chat: a delta's audio is not an object")
                 audio = st.msg.setdefault("audio", {})
                 for ak, av in value.items():
-                    if ak in ("transcript", "data") and isinstance(av, str):
+                    if ak in ("transcript", "data") and av is not None:
+                        # Pieces of one string, joined in body(): nothing else can be one.
+                        if not isinstance(av, str):
+                            raise ProtocolError(f"openai-chat: a delta's audio {ak} is not text")
                         audio.setdefault(ak, []).append(av)
                         if ak == "transcript" and av:
                             out.append((keys["audio"], av))
                     else:
                         self._keep(audio, ak, av, ("choices", i, "delta", "audio", ak))
-            elif key == "annotations" and isinstance(value, list):
+            elif key == "annotations":
+                if not isinstance(value, list):
+                    raise ProtocolError("openai-chat: a delta's annotations is not a list")
                 st.msg.setdefault("annotations", []).extend(value)
             else:
                 self._keep(st.msg, key, value, ("choices", i, "delta", key))
@@ -352,21 +367,27 @@ class OpenAIStreamParser(StreamParser):
             if k not in _CHOICE_CHUNK_KEYS and k != "message":
                 self._keep(st.extra, k, v, ("choices", i, k))
 
-    @staticmethod
     def _content_chunks(
-        st: _ChoiceState, keys: Mapping[str, str], value: list[Any]
+        self, st: _ChoiceState, i: int, keys: Mapping[str, str], value: list[Any]
     ) -> list[TextDelta]:
         """A delta whose content is a list of Mistral chunks: text extends the content text;
-        references and thinking are recorded at their offset in it."""
+        references and thinking are recorded at their offset in it. A text chunk becomes
+        just its text, so any other key it has is not in the body: recorded as dropped (the
+        stream is re-framed)."""
         out: list[TextDelta] = []
         if st.chunks is None:
             st.chunks = []
         parts = st.parts.setdefault("content", [])
-        for chunk in value:
+        for n, chunk in enumerate(value):
             if not isinstance(chunk, dict):
                 raise ProtocolError("openai-chat: a content chunk is not an object")
             kind = chunk.get("type")
             if kind == "text" and isinstance(chunk.get("text"), str):
+                if len(chunk) != 2:  # more than its type and text
+                    for k in chunk.keys() - _TEXT_CHUNK_KEYS:
+                        self._dropped.append(
+                            ("content_chunk", ("choices", i, "delta", "content", n, k))
+                        )
                 parts.append(chunk["text"])
                 if chunk["text"]:
                     out.append((keys["content"], chunk["text"]))
@@ -381,24 +402,53 @@ class OpenAIStreamParser(StreamParser):
                 and isinstance(last[1].get("thinking"), list)
                 and isinstance(chunk.get("thinking"), list)
             ):
-                last[1]["thinking"].extend(chunk["thinking"])  # the same thinking, continued
+                self._continue_thinking(last[1], chunk, ("choices", i, "delta", "content", n))
             else:
                 st.chunks.append((offset, copy.deepcopy(chunk)))
         return out
 
+    def _continue_thinking(self, merged: Json, chunk: Json, path: tuple[str | int, ...]) -> None:
+        """The same thinking, continued: its parts join the chunk's. Any other key it has
+        joins the chunk too (decided there by BODY_TABLE), unless the chunk already says
+        something else for it: that value the body never shows, so it is recorded as
+        dropped."""
+        merged["thinking"].extend(chunk["thinking"])
+        if len(chunk) == 2:  # type and thinking: the usual piece
+            return
+        for k, v in chunk.items():
+            if k in _THINKING_MERGED:
+                continue
+            if k not in merged:
+                merged[k] = copy.deepcopy(v)
+            elif merged[k] != v:
+                self._dropped.append(("content_chunk", (*path, k)))
+
     def _tool_delta(self, st: _ChoiceState, i: int, tc: object) -> list[TextDelta]:
         if not isinstance(tc, dict) or not isinstance(tc.get("index"), int):
             raise ProtocolError("openai-chat: tool call delta without index")
-        call = st.tools.setdefault(
-            tc["index"], {"id": None, "type": "function", "function": {"name": [], "arguments": []}}
-        )
-        if tc.get("id"):
-            call["id"] = tc["id"]
-        if tc.get("type"):
-            call["type"] = tc["type"]
-        fn = tc.get("function") or {}
-        call["function"]["name"].append(fn.get("name") or "")
-        args = fn.get("arguments") or ""
+        fn = tc.get("function")
+        if fn is None:
+            fn = {}
+        elif not isinstance(fn, dict):
+            raise ProtocolError("openai-chat: a tool call delta's function is not an object")
+        name, args = _strings(fn, "tool call")
+        call = st.tools.get(tc["index"])
+        if call is None:
+            call = st.tools[tc["index"]] = {
+                "id": tc.get("id") or None,
+                "type": tc.get("type") or None,  # "function" unless a delta says (body())
+                "function": {"name": [], "arguments": []},
+            }
+        else:
+            for k in ("id", "type"):
+                v = tc.get(k)
+                if v and v != call[k]:
+                    if call[k] is not None:
+                        # Another id or type for the same call: the body keeps the last one.
+                        at = ("choices", i, "delta", "tool_calls", tc["index"], k)
+                        self._dropped.append(("tool_call", at))
+                    call[k] = v
+        call["function"]["name"].append(name)
         call["function"]["arguments"].append(args)
         if not args:
             return []
@@ -475,8 +525,9 @@ _DETAIL_STRINGS = ("text", "summary", "data", "signature")
 def _merge_details(st: _ChoiceState, entries: list[Any]) -> bool:
     """OpenRouter streams reasoning_details in pieces: an entry with the `index` and `type` of
     the last one continues it (its strings appended, joined in `body()`), any other is a new
-    entry. Strings are kept as lists of pieces meanwhile. False when a continuing entry said
-    something the merged entry does not keep (another value for a key it has)."""
+    entry. Strings are kept as lists of pieces meanwhile. False when an entry said something
+    the merged entry does not keep: another value for a key it has, or a value that is not a
+    string where a string belongs (kept as None, so the body never shows it)."""
     details = st.details = st.details if st.details is not None else []
     merged = True
     for e in entries:
@@ -489,25 +540,42 @@ def _merge_details(st: _ChoiceState, entries: list[Any]) -> bool:
             isinstance(last, dict) and type(idx) is int
             and last.get("index") == idx and last.get("type") == e.get("type")
         ):
-            details.append({k: _piece(k, v) for k, v in e.items()})
+            entry: Json = {}
+            for k, v in e.items():
+                entry[k], whole = _piece(k, v)
+                merged = merged and whole
+            details.append(entry)
             continue
         for k, v in e.items():
             have = last.get(k)
             if k in _DETAIL_STRINGS and isinstance(v, str) and isinstance(have, list):
                 have.append(v)
             elif have is None:
-                last[k] = _piece(k, v)
+                last[k], whole = _piece(k, v)
+                merged = merged and whole
             elif v is not None and have != v:
                 merged = False
     return merged
 
 
-def _piece(key: str, value: object) -> object:
-    """A streamed detail's value as kept while merging: strings of `_DETAIL_STRINGS` as a list
-    of pieces; any other value there is not a string, so it is not relayed (None)."""
+def _piece(key: str, value: object) -> tuple[object, bool]:
+    """A streamed detail's value as kept while merging, and whether that is all of it: strings
+    of `_DETAIL_STRINGS` as a list of pieces; any other value there is not a string, so it is
+    not relayed (None: all of it only when it was null)."""
     if key not in _DETAIL_STRINGS:
-        return value
-    return [value] if isinstance(value, str) else None
+        return value, True
+    if isinstance(value, str):
+        return [value], True
+    return None, value is None
+
+
+def _strings(fn: Json, where: str) -> tuple[str, str]:
+    """A function delta's name and arguments pieces ("" when null or absent). Anything else
+    is no piece of a string: the answer is malformed, not something to coerce."""
+    name, args = fn.get("name"), fn.get("arguments")
+    if not (name is None or isinstance(name, str)) or not (args is None or isinstance(args, str)):
+        raise ProtocolError(f"openai-chat: a {where} delta's name or arguments is not a string")
+    return name or "", args or ""
 
 
 def _joined_details(details: list[Any]) -> list[Any]:
@@ -519,5 +587,9 @@ def _joined(parts: Json, keys: tuple[str, ...]) -> Json:
 
 
 def _joined_call(call: Json) -> Json:
-    return {**call, "function": _joined(call["function"], ("name", "arguments"))}
+    return {
+        **call,
+        "type": call["type"] or "function",
+        "function": _joined(call["function"], ("name", "arguments")),
+    }
 
