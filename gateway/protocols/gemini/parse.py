@@ -87,39 +87,43 @@ def position_id(ci: int, i: int) -> str:
     return f"groundingChunks[{i}]" if ci == 0 else f"candidates[{ci}].groundingChunks[{i}]"
 
 
+def candidate_number(candidate: object, position: int) -> int:
+    """A candidate's `index`, or its position in `candidates` when it has none."""
+    index = candidate.get("index") if isinstance(candidate, Mapping) else None
+    return index if type(index) is int else position
+
+
 def candidate_numbers(candidates: Sequence[Any]) -> list[int]:
-    """Each candidate's `index`, or its position in `candidates` when it has none. Two
-    candidates of one number would share their positional chunk ids (and a stream merges
-    them): the answer is ambiguous (ProtocolError)."""
-    out: list[int] = []
-    for pos, cand in enumerate(candidates):
-        index = cand.get("index") if isinstance(cand, Mapping) else None
-        out.append(index if type(index) is int else pos)
-    if len(set(out)) != len(out):
+    """Each candidate's number (`candidate_number`). Two candidates of one number would share
+    their positional chunk ids (and a stream merges them): the answer is ambiguous
+    (ProtocolError)."""
+    out = [candidate_number(c, pos) for pos, c in enumerate(candidates)]
+    if len(out) > 1 and len(set(out)) != len(out):
         raise ProtocolError("gemini: two candidates have the same index")
     return out
 
 
 def _chunks(candidate: object) -> list[Any]:
-    gm = candidate.get("groundingMetadata") if isinstance(candidate, Mapping) else None
-    chunks = gm.get("groundingChunks") if isinstance(gm, Mapping) else None
-    return chunks if isinstance(chunks, list) else []
+    gm = candidate.get("groundingMetadata") if type(candidate) is dict else None
+    chunks = gm.get("groundingChunks") if type(gm) is dict else None
+    return chunks if type(chunks) is list else []
 
 
 def _chunk_uri(chunk: object) -> str | None:
-    if isinstance(chunk, Mapping):
+    # JSON bodies: exact dict checks, cheaper than Mapping's on every chunk of every answer.
+    if type(chunk) is dict:
         for kind in ("retrievedContext", "web"):
             src = chunk.get(kind)
-            if isinstance(src, Mapping) and is_uri(src.get("uri")):
-                return str(src["uri"])
+            if type(src) is dict and is_uri(uri := src.get("uri")):
+                return str(uri)
     return None
 
 
 def chunk_text(chunk: object) -> str | None:
     """A grounding chunk's text: a `retrievedContext` chunk's `text` (a `web` chunk has none)."""
-    rc = chunk.get("retrievedContext") if isinstance(chunk, Mapping) else None
-    text = rc.get("text") if isinstance(rc, Mapping) else None
-    return text if isinstance(text, str) else None
+    rc = chunk.get("retrievedContext") if type(chunk) is dict else None
+    text = rc.get("text") if type(rc) is dict else None
+    return text if type(text) is str else None
 
 
 def grounding_ids(candidates: Sequence[Any]) -> list[list[str]]:
@@ -132,26 +136,27 @@ def grounding_ids(candidates: Sequence[Any]) -> list[list[str]]:
     chunk it names, not the first chunk of that uri in the context.
     """
     numbers = candidate_numbers(candidates)
-    texts: dict[str, str | None] = {}
+    uris: list[list[str | None]] = []
+    first: dict[str, object] = {}  # uri -> its first chunk (texts compared on a repeat only)
     shared: set[str] = set()
     for cand in candidates:
+        cand_uris: list[str | None] = []
         for chunk in _chunks(cand):
             uri = _chunk_uri(chunk)
-            if uri is None:
+            cand_uris.append(uri)
+            if uri is None or uri in shared:
                 continue
-            text = chunk_text(chunk)
-            if uri not in texts:
-                texts[uri] = text
-            elif texts[uri] != text:
+            seen = first.setdefault(uri, chunk)
+            if seen is not chunk and chunk_text(seen) != chunk_text(chunk):
                 shared.add(uri)
-    out: list[list[str]] = []
-    for number, cand in zip(numbers, candidates, strict=True):
-        ids: list[str] = []
-        for i, chunk in enumerate(_chunks(cand)):
-            uri = _chunk_uri(chunk)
-            ids.append(uri if uri is not None and uri not in shared else position_id(number, i))
-        out.append(ids)
-    return out
+        uris.append(cand_uris)
+    return [
+        [
+            uri if uri is not None and uri not in shared else position_id(number, i)
+            for i, uri in enumerate(cand_uris)
+        ]
+        for number, cand_uris in zip(numbers, uris, strict=True)
+    ]
 
 
 def _int(value: object, default: int | None = None) -> int | None:
@@ -261,8 +266,8 @@ def parse_body(body: Mapping[str, object]) -> Answer:
         if not all(isinstance(chunk, Mapping) for chunk in _chunks(cand)):
             raise ProtocolError("gemini: a grounding chunk is not an object")
     kept_candidates = candidate_list(kept)
-    ids = grounding_ids(kept_candidates)
-    numbers = candidate_numbers(kept_candidates)
+    ids = grounding_ids(kept_candidates)  # refuses candidates of one number
+    numbers = [candidate_number(c, pos) for pos, c in enumerate(kept_candidates)]
     for ci, cand in enumerate(kept_candidates):
         _candidate_channels(answer, ci, cand, ids[ci], numbers[ci])
     return answer
