@@ -87,3 +87,45 @@ def run_case(
     asked = [r for r in up.requests if r.header(SCENARIO_HEADER) == key]
     assert asked, f"the upstream was never asked: {resp.status_line} {resp.body[:500]!r}"
     return resp
+
+
+# -- answer texts in every protocol and mode ---------------------------------------------------
+
+
+def text_cases(texts: dict[str, str]) -> list[Any]:
+    """(spec, mode, name) of every protocol, every mode it has, and every text of `texts`."""
+    from tests.attacks.protocols import REGISTRY
+
+    return [
+        pytest.param(spec, mode, name, id=f"{spec.name}-{mode}-{name}")
+        for spec in REGISTRY.values()
+        for mode in spec.mode_free
+        for name in texts
+    ]
+
+
+def assert_text_checked(
+    gw: GatewayProcess, upstream: tuple[str, FakeUpstream], spec: ProtocolSpec, mode: Mode,
+    text: str,
+) -> None:
+    """The answer `text` (its marker in a claim that must fail) leaks nothing, and no 500."""
+    from tests.attacks.harness import assert_no_leak
+
+    behaviour = spec.good(text).behaviour(mode)
+    assert behaviour is not None
+    resp = run_case(gw, upstream, spec, mode, behaviour)
+    assert resp.status != 500, resp.raw[:1000]
+    assert_no_leak(resp)
+
+
+def assert_text_released(
+    gw: GatewayProcess, upstream: tuple[str, FakeUpstream], spec: ProtocolSpec, mode: Mode,
+    text: str,
+) -> None:
+    """The correct answer `text` goes out whole."""
+    behaviour = spec.good(text).behaviour(mode)
+    assert behaviour is not None
+    resp = run_case(gw, upstream, spec, mode, behaviour)
+    assert resp.status == 200, resp.raw[:1000]
+    assert resp.header("x-citewarden-decision") in ("released", "progressive"), resp.headers
+    assert spec.answer_text(resp) == text

@@ -7,13 +7,11 @@ shapes with correct content are still released."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from tests.attacks.conftest import run_case
-from tests.attacks.harness import MARKER, GatewayProcess, assert_no_leak
-from tests.attacks.protocols import GOOD, REGISTRY, Mode, ProtocolSpec
+from tests.attacks.conftest import assert_text_checked, assert_text_released, text_cases
+from tests.attacks.harness import MARKER, GatewayProcess
+from tests.attacks.protocols import GOOD, Mode, ProtocolSpec
 from tests.upstream_app import FakeUpstream
 
 # The cited chunk (kb:1) says "The Orbit pump moves 40 litres per minute."
@@ -86,16 +84,9 @@ RELEASED: dict[str, str] = {
 """Answers that must be released: the same shapes with correct content."""
 
 
-def _cases(texts: dict[str, str]) -> list[Any]:
-    return [
-        pytest.param(spec, mode, name, id=f"{spec.name}-{mode}-{name}")
-        for spec in REGISTRY.values()
-        for mode in spec.mode_free
-        for name in texts
-    ]
 
 
-@pytest.mark.parametrize(("spec", "mode", "name"), _cases(ESCAPES))
+@pytest.mark.parametrize(("spec", "mode", "name"), text_cases(ESCAPES))
 def test_number_or_quote_in_a_missed_form_is_checked(
     gateway: GatewayProcess,
     upstream: tuple[str, FakeUpstream],
@@ -103,14 +94,10 @@ def test_number_or_quote_in_a_missed_form_is_checked(
     mode: Mode,
     name: str,
 ) -> None:
-    behaviour = spec.good(ESCAPES[name]).behaviour(mode)
-    assert behaviour is not None
-    resp = run_case(gateway, upstream, spec, mode, behaviour)
-    assert resp.status != 500, resp.raw[:1000]
-    assert_no_leak(resp)
+    assert_text_checked(gateway, upstream, spec, mode, ESCAPES[name])
 
 
-@pytest.mark.parametrize(("spec", "mode", "name"), _cases(RELEASED))
+@pytest.mark.parametrize(("spec", "mode", "name"), text_cases(RELEASED))
 def test_correct_number_or_quote_in_the_same_form_is_released(
     gateway: GatewayProcess,
     upstream: tuple[str, FakeUpstream],
@@ -118,10 +105,4 @@ def test_correct_number_or_quote_in_the_same_form_is_released(
     mode: Mode,
     name: str,
 ) -> None:
-    text = RELEASED[name]
-    behaviour = spec.good(text).behaviour(mode)
-    assert behaviour is not None
-    resp = run_case(gateway, upstream, spec, mode, behaviour)
-    assert resp.status == 200, resp.raw[:1000]
-    assert resp.header("x-citewarden-decision") in ("released", "progressive"), resp.headers
-    assert spec.answer_text(resp) == text
+    assert_text_released(gateway, upstream, spec, mode, RELEASED[name])

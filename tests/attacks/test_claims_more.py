@@ -7,13 +7,11 @@ streaming mode. Positive controls show the same shapes with correct content are 
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from tests.attacks.conftest import run_case
-from tests.attacks.harness import MARKER, GatewayProcess, assert_no_leak
-from tests.attacks.protocols import GOOD, REGISTRY, Mode, ProtocolSpec
+from tests.attacks.conftest import assert_text_checked, assert_text_released, text_cases
+from tests.attacks.harness import MARKER, GatewayProcess
+from tests.attacks.protocols import GOOD, Mode, ProtocolSpec
 from tests.upstream_app import FakeUpstream
 
 WRONG = f"The Orbit pump by {MARKER} moves 90 litres per minute [kb:1]."
@@ -54,16 +52,9 @@ RELEASED_MORE: dict[str, str] = {
 """Answers in the same shapes with correct content: released unchanged."""
 
 
-def _cases(texts: dict[str, str]) -> list[Any]:
-    return [
-        pytest.param(spec, mode, name, id=f"{spec.name}-{mode}-{name}")
-        for spec in REGISTRY.values()
-        for mode in spec.mode_free
-        for name in texts
-    ]
 
 
-@pytest.mark.parametrize(("spec", "mode", "name"), _cases(ESCAPES_MORE))
+@pytest.mark.parametrize(("spec", "mode", "name"), text_cases(ESCAPES_MORE))
 def test_formatting_does_not_hide_a_claim(
     gateway: GatewayProcess,
     upstream: tuple[str, FakeUpstream],
@@ -71,14 +62,10 @@ def test_formatting_does_not_hide_a_claim(
     mode: Mode,
     name: str,
 ) -> None:
-    behaviour = spec.good(ESCAPES_MORE[name]).behaviour(mode)
-    assert behaviour is not None
-    resp = run_case(gateway, upstream, spec, mode, behaviour)
-    assert resp.status != 500, resp.raw[:1000]
-    assert_no_leak(resp)
+    assert_text_checked(gateway, upstream, spec, mode, ESCAPES_MORE[name])
 
 
-@pytest.mark.parametrize(("spec", "mode", "name"), _cases(RELEASED_MORE))
+@pytest.mark.parametrize(("spec", "mode", "name"), text_cases(RELEASED_MORE))
 def test_correct_answer_in_the_same_formatting_is_released(
     gateway: GatewayProcess,
     upstream: tuple[str, FakeUpstream],
@@ -86,10 +73,4 @@ def test_correct_answer_in_the_same_formatting_is_released(
     mode: Mode,
     name: str,
 ) -> None:
-    text = RELEASED_MORE[name]
-    behaviour = spec.good(text).behaviour(mode)
-    assert behaviour is not None
-    resp = run_case(gateway, upstream, spec, mode, behaviour)
-    assert resp.status == 200, resp.raw[:1000]
-    assert resp.header("x-citewarden-decision") in ("released", "progressive"), resp.headers
-    assert spec.answer_text(resp) == text
+    assert_text_released(gateway, upstream, spec, mode, RELEASED_MORE[name])
