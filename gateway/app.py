@@ -18,7 +18,6 @@ from typing import Any, cast
 import orjson
 
 from gateway import audit, paths, retry
-from gateway.checks.judge import JudgeStats
 from gateway.deferred import Deferred
 from gateway.errors import BodyTooLarge, GatewayError, ProtocolError, map_exception
 from gateway.jsonio import dumps
@@ -856,8 +855,28 @@ class _Exchange:
         if judged is not None:
             m.observe_judge(route, judged)
         try:
-            self._audit(pipeline, route, decision, report, outcome, judged, shadow, reason,
-                        verify_seconds, total)
+            audit.audit_event(
+                request_id=self.request_id,
+                route=route,
+                policy=pipeline.loaded.label,
+                status=self.status,
+                report=report,
+                outcome=outcome,
+                decision=Decision.RELEASED.value if shadow else decision,
+                reason=reason,
+                streaming=self.streaming,
+                mode="shadow" if shadow else pipeline.policy.mode,
+                upstream_ms=round(self.upstream_seconds * 1000, 3),
+                verification_ms=round((verify_seconds or 0.0) * 1000, 3),
+                total_ms=round(total * 1000, 3),
+                include_text=pipeline.policy.audit.include_text,
+                cause=self.cause,
+                path=self.path_qs[:_LOGGED_PATH_MAX],  # its credentials redacted by audit.py
+                **cast(
+                    "dict[str, Any]",
+                    {"judge": judged.audit(pipeline.policy.audit.include_text)} if judged else {},
+                ),
+            )
         finally:  # a review is requested even if the audit line could not be written
             if report is not None and outcome is not None and outcome.decision is Decision.REVIEW:
                 audit.review_requested(
@@ -867,39 +886,3 @@ class _Exchange:
                     report=report,
                     include_text=pipeline.policy.audit.include_text,
                 )
-
-    def _audit(
-        self,
-        pipeline: RoutePipeline,
-        route: str,
-        decision: str,
-        report: Report | None,
-        outcome: Outcome | None,
-        judged: JudgeStats | None,
-        shadow: bool,
-        reason: str | None,
-        verify_seconds: float | None,
-        total: float,
-    ) -> None:
-        audit.audit_event(
-            request_id=self.request_id,
-            route=route,
-            policy=pipeline.loaded.label,
-            status=self.status,
-            report=report,
-            outcome=outcome,
-            decision=Decision.RELEASED.value if shadow else decision,
-            reason=reason,
-            streaming=self.streaming,
-            mode="shadow" if shadow else pipeline.policy.mode,
-            upstream_ms=round(self.upstream_seconds * 1000, 3),
-            verification_ms=round((verify_seconds or 0.0) * 1000, 3),
-            total_ms=round(total * 1000, 3),
-            include_text=pipeline.policy.audit.include_text,
-            cause=self.cause,
-            path=self.path_qs[:_LOGGED_PATH_MAX],  # its credentials redacted by audit.py
-            **cast(
-                "dict[str, Any]",
-                {"judge": judged.audit(pipeline.policy.audit.include_text)} if judged else {},
-            ),
-        )
