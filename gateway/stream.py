@@ -137,7 +137,6 @@ class ProgressiveRelease:
         self.buffer = ""  # primary text not yet released, from `released` on
         self.released = 0  # offset in the primary text up to which it has been decided
         self.stripped = False
-        self.sent: set[tuple[int, int, str]] = set()  # (start, end, text) of claims released
         self.closed = False
         self.judgement: Judgement | None = None
         self.outcome: Outcome | None = None  # set when the stream ended on a failing claim
@@ -334,9 +333,17 @@ class ProgressiveRelease:
         self.usage = answer.usage
         outcome = judgement.outcome
         self.dropped = self.pipeline.dropped_levels(answer)
+        # The claims that went out: every one the stream verifier decided, it released or
+        # the stream ended (the rest were stripped).
+        known = self.verifier.known
         for r in judgement.report.claims:
             c = r.claim
-            if r.verdict in ("failed", "errored") and (c.start, c.end, c.text) in self.sent:
+            went = known.get((c.start, c.end, c.text))
+            if (
+                r.verdict in ("failed", "errored")
+                and went is not None
+                and went.verdict in ("verified", "exempt")
+            ):
                 # Judged whole, a claim that already went out fails (a citation that came
                 # after it, context that grew): it cannot be taken back, so no clean end.
                 return self._fail(Outcome(Decision.BLOCKED, r.reason or r.error_kind, c.index))
@@ -395,7 +402,6 @@ class ProgressiveRelease:
         self.released = claim.end
         match verdict.verdict:
             case "verified" | "exempt":
-                self.sent.add((claim.start, claim.end, claim.text))
                 return self.framer.text(gap_and_claim, [claim])
             case "failed" if self.pipeline.policy.release.on_unverified == "strip":
                 self.stripped = True
