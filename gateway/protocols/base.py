@@ -45,6 +45,7 @@ __all__ = [
     "blocked_message",
     "channel_key",
     "claim_core",
+    "disclosure_after",
     "field_allowed",
     "kept_spans",
     "last_user_text",
@@ -451,7 +452,7 @@ def rebuild_with_map(
         pos += end - start
         prev_item = is_item
     if disclosure:
-        parts.append(("\n\n" if parts else "") + disclosure)
+        parts.append(disclosure_after(bool(parts), disclosure))
     return "".join(parts), mapping
 
 
@@ -482,6 +483,11 @@ def _text_of(content: object) -> str | None:
         ]
         return "\n".join(parts)[:QUESTION_MAX] or None
     return None
+
+
+def disclosure_after(text_before: bool, disclosure: str) -> str:
+    """The disclosure as it follows an answer's text: after a blank line, when there is text."""
+    return ("\n\n" if text_before else "") + disclosure
 
 
 def rebuild_text(text: str, kept: Sequence[Claim], disclosure: str | None) -> str:

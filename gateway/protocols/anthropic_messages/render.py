@@ -13,7 +13,7 @@ from typing import Any
 from gateway.policy import Policy
 from gateway.protocols.anthropic_messages.fields import CITATION
 from gateway.protocols.anthropic_messages.parse import Json, native_citation, text_block_ranges
-from gateway.protocols.base import field_allowed, kept_spans, leaks, split_claims
+from gateway.protocols.base import disclosure_after, field_allowed, kept_spans, leaks, split_claims
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Channel, Claim, ContextSet, Outcome
 
@@ -55,7 +55,7 @@ def partial_body(
     body = _rebuild(answer, policy, drop, text_blocks)
     if text_blocks is None and drop:  # only a tool call or thinking went: say so all the same
         texts = any(b.get("type") == "text" for b in body["content"] if isinstance(b, dict))
-        body["content"].append({"type": "text", "text": ("\n\n" if texts else "") + disclosure})
+        body["content"].append({"type": "text", "text": disclosure_after(texts, disclosure)})
     return body
 
 
@@ -210,7 +210,7 @@ def _text_blocks(
                 if (nc := native_citation(c)) is not None and nc.native in own
             ]
             pieces.append((channel.text[s:e], cits))
-    pieces.append((("\n\n" if pieces else "") + disclosure, []))
+    pieces.append((disclosure_after(bool(pieces), disclosure), []))
     blocks: list[Json] = []
     for text, cits in pieces:
         if not text:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.policy import Policy
-from gateway.protocols.base import field_allowed, kept_spans, leaks, split_claims
+from gateway.protocols.base import disclosure_after, field_allowed, kept_spans, leaks, split_claims
 from gateway.protocols.bedrock.fields import CITATION, known_only
 from gateway.protocols.bedrock.parse import block_text, native_citation, text_ranges
 from gateway.types import Answer, Channel, Claim, Outcome
@@ -140,7 +140,7 @@ def _text_blocks(
             raws = (cc.get("citations") or []) if isinstance(cc, Mapping) else []
             cits = [known_only(CITATION, c) for c in raws if native_citation(c).native in own]
             pieces.append((channel.text[s:e], cits))
-    pieces.append((("\n\n" if pieces else "") + disclosure, []))
+    pieces.append((disclosure_after(bool(pieces), disclosure), []))
     blocks: list[Json] = []
     for text, cits in pieces:
         if not text:
@@ -181,7 +181,7 @@ def partial_body(
     if text_blocks is None and drop:  # only a tool use or reasoning went: say so all the same
         blocks = body["output"]["message"]["content"]
         texts = any("text" in b for b in blocks if isinstance(b, dict))
-        blocks.append({"text": ("\n\n" if texts else "") + disclosure})
+        blocks.append({"text": disclosure_after(texts, disclosure)})
     return body
 
 

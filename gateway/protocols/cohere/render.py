@@ -12,7 +12,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.policy import Policy
-from gateway.protocols.base import field_allowed, leaks, rebuild_with_map, split_claims
+from gateway.protocols.base import (
+    disclosure_after,
+    field_allowed,
+    leaks,
+    rebuild_with_map,
+    split_claims,
+)
 from gateway.protocols.cohere.fields import FINISH_REASONS, usage_ok
 from gateway.protocols.cohere.parse import TEXT, citation_target, text_items, valid_sources
 from gateway.protocols.fields import is_token
@@ -252,7 +258,7 @@ def partial_body(
         )
         if first is not None:
             text = first.text
-            new = f"{text}\n\n{disclosure}" if text else disclosure
+            new = text + disclosure_after(bool(text), disclosure)
             edits[items[int(first.path[1])]] = (new, [(0, len(text), 0)])
     return released_body(answer, policy, edits, drop_reasoning, drop_calls)
 

@@ -20,7 +20,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.policy import Policy
-from gateway.protocols.base import field_allowed, leaks, rebuild_with_map, split_claims
+from gateway.protocols.base import (
+    disclosure_after,
+    field_allowed,
+    leaks,
+    rebuild_with_map,
+    split_claims,
+)
 from gateway.protocols.gemini.offsets import to_bytes
 from gateway.protocols.gemini.parse import (
     answer_text,
@@ -218,7 +224,7 @@ def partial_body(
             has_text = any(
                 "text" in p and not p.get("thought") for p in parts if isinstance(p, dict)
             )
-            parts.append({"text": ("\n\n" if has_text else "") + disclosure})
+            parts.append({"text": disclosure_after(has_text, disclosure)})
     return body
 
 

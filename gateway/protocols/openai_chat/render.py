@@ -11,7 +11,13 @@ from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 from gateway.policy import Policy
-from gateway.protocols.base import field_allowed, leaks, rebuild_with_map, split_claims
+from gateway.protocols.base import (
+    disclosure_after,
+    field_allowed,
+    leaks,
+    rebuild_with_map,
+    split_claims,
+)
 from gateway.protocols.fields import verified_token_logprobs
 from gateway.protocols.openai_chat.chunks import rebuild_chunks
 from gateway.protocols.openai_chat.fields import REASONING_KEYS, SEARCH_KEYS
@@ -313,9 +319,9 @@ def _partial(answer: Answer, claims: Sequence[Claim], outcome: Outcome, policy: 
         msg = body["choices"][ci]["message"]
         text = msg.get("content")
         if text is None or isinstance(text, str):
-            msg["content"] = f"{text}\n\n{disclosure}" if text else disclosure
+            msg["content"] = (text or "") + disclosure_after(bool(text), disclosure)
         elif isinstance(text, list):
-            msg["content"] = [*text, {"type": "text", "text": "\n\n" + disclosure}]
+            msg["content"] = [*text, {"type": "text", "text": disclosure_after(True, disclosure)}]
     return body
 
 

@@ -13,7 +13,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.policy import Policy
-from gateway.protocols.base import field_allowed, leaks, rebuild_with_map, split_claims
+from gateway.protocols.base import (
+    disclosure_after,
+    field_allowed,
+    leaks,
+    rebuild_with_map,
+    split_claims,
+)
 from gateway.protocols.fields import verified_token_logprobs
 from gateway.protocols.openai_responses.context import client_request, client_wants_results
 from gateway.protocols.openai_responses.fields import (
@@ -296,7 +302,7 @@ def _disclose(
             path = _resolve(answer.body, channel.path)
             i, j = int(path[1]), int(path[3])
             part = edited["output"][i]["content"][j]
-            part["text"] = f"{channel.text}\n\n{disclosure}" if channel.text else disclosure
+            part["text"] = channel.text + disclosure_after(bool(channel.text), disclosure)
             part["logprobs"] = []
             rewritten.add((i, j))
             return
