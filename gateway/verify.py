@@ -41,6 +41,9 @@ from gateway.types import (
 
 __all__ = ["Verifier"]
 
+# A claim before it is numbered: (start, end, text, citations, exempt).
+_Piece = tuple[int, int, str, tuple[Citation, ...], bool]
+
 
 def _verified_kinds(p: policy.Policy) -> frozenset[str]:
     kinds = {"content", "refusal", "transcript"}
@@ -125,7 +128,7 @@ class Verifier:
                               s.exempt and not s.citations)
                     )
                 continue
-            here: list[tuple[int, int, str, tuple[Citation, ...], bool]] = []
+            here: list[_Piece] = []
             for s in segments:
                 cits = s.citations + _native_for(channel, s.start, s.end)
                 here.append((s.start, s.end, s.text, cits, s.exempt and not cits))
@@ -385,8 +388,8 @@ def _string_leaves(value: object) -> list[str]:
 
 
 def _uncovered_native(
-    channel: Channel, claims: Sequence[tuple[int, int, str, tuple[Citation, ...], bool]]
-) -> list[tuple[int, int, str, tuple[Citation, ...], bool]]:
+    channel: Channel, claims: Sequence[_Piece]
+) -> list[_Piece]:
     """Claims for the native citations no claim of `channel` carries: on text that is no
     claim (whitespace, a title, exempt code) a citation's `cited_text` would otherwise go out
     unchecked. Each is a claim of the text it spans (citations whose spans overlap share one),
@@ -396,7 +399,7 @@ def _uncovered_native(
         ((s, e, c) for s, e, c in channel.native if id(c) not in carried),
         key=lambda t: (t[0], t[1]),  # citations have no order: two may share a span
     )
-    out: list[tuple[int, int, str, tuple[Citation, ...], bool]] = []
+    out: list[_Piece] = []
     i = 0
     while i < len(spans):
         start, end, first = spans[i]
