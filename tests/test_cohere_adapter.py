@@ -4,6 +4,7 @@ valid (a property test), and the shipped example policy through the real gateway
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from gateway.context import build_context
 from gateway.errors import ProtocolError
+from gateway.offline import verify_exchange
 from gateway.policy import ContextSpec, Policy, load_policy
 from gateway.protocols import get
 from gateway.protocols.cohere.context import document_text
@@ -442,8 +444,11 @@ def answers(
         text += s
     citations = []
     for _ in range(draw(st.integers(0, 8))):
-        a = draw(st.integers(0, len(text)))
-        b = draw(st.integers(a, min(len(text), a + 12)))
+        # Inside one sentence: the gateway makes a claim of its own of a citation on text
+        # that is no claim, which these hand-made claims do not model.
+        lo, hi = spans[draw(st.integers(0, n - 1))]
+        a = draw(st.integers(lo, hi))
+        b = draw(st.integers(a, min(hi, a + 12)))
         citations.append({"start": a, "end": b, "text": text[a:b], "type": "TEXT_CONTENT",
                           "sources": [{"type": "document", "id": f"d{a}"}], "content_index": 0})
     kept = set(draw(st.sets(st.integers(0, n - 1))))
@@ -457,7 +462,11 @@ def test_partial_citations_are_slices_of_the_rebuilt_text(
 ) -> None:
     text, spans, citations, kept = case
     answer = ADAPTER.parse(w.body(text, citations), ROUTE)
-    claims = [Claim(i, 0, text[s:e], s, e) for i, (s, e) in enumerate(spans)]
+    native = answer.channels[0].native
+    claims = [
+        Claim(i, 0, text[s:e], s, e, tuple(c for a, b, c in native if s <= a and b <= e))
+        for i, (s, e) in enumerate(spans)
+    ]
     outcome = Outcome(Decision.PARTIAL, "hallucinated_citation", 0, "partial", frozenset(kept))
     body = ADAPTER.render(answer, claims, outcome, Report((), "x"), POLICY)
     cohere.v2.types.V2ChatResponse.model_validate(body)
@@ -515,3 +524,31 @@ def test_shipped_policy_strips_and_streams_progressively(shipped: str) -> None:
         assert streamed.startswith("The K7 stores 13.5 kWh.") and "Moon" not in streamed
     finally:
         client._client_wrapper.httpx_client.httpx_client.close()
+
+
+# -- partial answers keep a citation only with the claims that carry it ---------------------------
+
+
+def _offline(tmp_path: Path, answer: dict[str, Any]) -> dict[str, Any]:
+    req, resp = tmp_path / "request.json", tmp_path / "response.json"
+    req.write_text(json.dumps(w.request()))
+    resp.write_text(json.dumps(answer))
+    out, err = io.StringIO(), io.StringIO()
+    verify_exchange(policy_path=str(SHIPPED), protocol="cohere-chat", request_path=str(req),
+                    response_path=str(resp), route_name=None, out=out, err=err)
+    report: dict[str, Any] = json.loads(out.getvalue())
+    return report
+
+
+def test_a_failing_citation_on_a_kept_items_marker_is_not_kept(tmp_path: Path) -> None:
+    # The bogus source cites the "- " of a list item whose own claim verifies: the citation is a
+    # claim of its own (text that is no claim), which fails; the kept item must not take it.
+    text = "- The K7 stores 13.5 kWh.\n- Its warranty lasts ten years."
+    cits = [w.cite(text, "- ", "doc:99"), w.cite(text, "13.5 kWh", "k7-spec"),
+            w.cite(text, "ten years", "doc:1")]
+    report = _offline(tmp_path, w.body(text, cits))
+    assert report["decision"] == "partial", report
+    kept = report["body"]["message"].get("citations", [])
+    ids = [s["id"] for c in kept for s in c["sources"]]
+    assert "doc:99" not in ids
+    assert sorted(ids) == ["doc:1", "k7-spec"]

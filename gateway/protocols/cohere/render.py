@@ -98,9 +98,11 @@ def released_body(
     edits: Mapping[int, tuple[str, Mapping_]] | None = None,
     drop_reasoning: set[tuple[str | int, ...]] | None = None,
     drop_calls: set[int] | None = None,
+    refused: Mapping[int, set[tuple[int, int]]] | None = None,
 ) -> Json:
     """The body under the field and channel rules. `edits` maps a content index to its rebuilt
-    text and piece mapping; `drop_reasoning` / `drop_calls` remove more channels."""
+    text and piece mapping; `drop_reasoning` / `drop_calls` remove more channels; `refused`
+    maps a content index to the spans whose citations no kept claim may carry."""
     src = answer.body
     edits = edits or {}
     ch = policy.channels
@@ -162,7 +164,7 @@ def released_body(
     citations = src_message.get("citations")
     if isinstance(citations, list):
         message["citations"] = _citations(
-            src, body, citations, edits, gone, new_index, plan_gone, policy
+            src, body, citations, edits, gone, new_index, plan_gone, policy, refused or {}
         )
     texts = [it["text"] for it in kept_content if isinstance(it, dict) and it.get("type") == "text"]
     lps = _logprobs(body.get("logprobs"), texts, ch.logprobs, changed=bool(edits))
@@ -184,6 +186,7 @@ def _citations(
     new_index: Mapping[int, int],
     plan_gone: bool,
     policy: Policy,
+    refused: Mapping[int, set[tuple[int, int]]],
 ) -> list[Json]:
     out: list[Json] = []
     for k, c in enumerate(citations):
@@ -199,7 +202,7 @@ def _citations(
             text = body["message"].get("tool_plan")
         else:
             i = int(target[2])
-            if i in gone:
+            if i in gone or (s, e) in refused.get(i, ()):
                 continue
             if i in edits:
                 moved = remap(s, e, edits[i][1])
@@ -238,6 +241,16 @@ def partial_body(
     all_failed = [c for cs in failed.values() for c in cs]
     disclosure = policy.release.templates.partial
     items = text_items(answer.body)
+    # A citation stays only where kept claims carry it and no failed one does: one on text
+    # that is no claim (a list item's marker) would otherwise ride along inside a kept piece.
+    carried = {id(c) for cs in kept.values() for claim in cs for c in claim.citations}
+    refuted = {id(c) for claim in all_failed for c in claim.citations}
+    refused: dict[int, set[tuple[int, int]]] = {}
+    for channel in answer.channels:
+        if channel.kind == "content" and channel.path[0] == TEXT:
+            refused[items[int(channel.path[1])]] = {
+                (s, e) for s, e, c in channel.native if id(c) not in carried or id(c) in refuted
+            }
     edits: dict[int, tuple[str, Mapping_]] = {}
     drop_reasoning: set[tuple[str | int, ...]] = set()
     drop_calls: set[int] = set()
@@ -260,7 +273,7 @@ def partial_body(
             text = first.text
             new = text + disclosure_after(bool(text), disclosure)
             edits[items[int(first.path[1])]] = (new, [(0, len(text), 0)])
-    return released_body(answer, policy, edits, drop_reasoning, drop_calls)
+    return released_body(answer, policy, edits, drop_reasoning, drop_calls, refused)
 
 
 def abstained_body(answer: Answer, text: str) -> Json:
