@@ -19,6 +19,7 @@ from gateway.demo import wire
 from tests.attacks.conftest import run_case
 from tests.attacks.harness import GatewayProcess, RawResponse
 from tests.attacks.protocols import ANTHROPIC, QUESTION, REGISTRY, Mode, _an_request
+from tests.attacks.test_channels import assert_failed_closed
 from tests.attacks.test_native_more import _block_start, _d, _start, _stop, _tail
 from tests.upstream_app import FakeUpstream, Json, Stream, sse_events
 
@@ -218,6 +219,24 @@ def test_gemini_candidates_sharing_an_index_are_refused(
                    _body(_cand("Hello there.", gm_a, a), _cand(T, gm_b, b)))
     assert resp.status == 502, resp.body
     assert T.encode() not in resp.body
+
+
+@pytest.mark.parametrize("mode", ["buffer", "progressive"])
+def test_gemini_one_stream_chunk_naming_a_candidate_twice_is_refused(
+    gateway: GatewayProcess, upstream: Up, mode: Mode
+) -> None:
+    """Two candidates of one `index` in one stream chunk, as in a JSON body: merged, they would
+    be judged as a text the client's SDK never assembles (it reads a chunk's candidates by
+    position). 502 buffered; progressive, no clean end."""
+    two = {"candidates": [{"content": {"role": "model", "parts": [{"text": T}]}, "index": 0},
+                          {"content": {"role": "model", "parts": [{"text": " " + T}]},
+                           "index": 0}], **HEAD}
+    end = {"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]},
+                           "finishReason": "STOP", "index": 0}],
+           "usageMetadata": dict(USAGE), **HEAD}
+    raw = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in (two, end))
+    resp = run_case(gateway, upstream, GEMINI, mode, Stream([raw], seed=5, max_piece=61))
+    assert_failed_closed(GEMINI, mode, resp)
 
 
 def test_gemini_candidates_with_distinct_indices_control(

@@ -159,12 +159,16 @@ class GeminiStreamParser(StreamParser):
         candidates = chunk.get("candidates")
         if candidates is not None and not isinstance(candidates, list):
             raise ProtocolError("gemini: candidates is not a list")
+        seen: set[int] = set()
         for pos, cand in enumerate(candidates or []):
             if not isinstance(cand, Mapping):
                 raise ProtocolError("gemini: a candidate is not an object")
             index = cand.get("index", pos)
             if type(index) is not int or not 0 <= index < 64:
                 raise ProtocolError("gemini: a candidate index is out of range")
+            if index in seen:  # as in a body: which one the client reads is the SDK's guess
+                raise ProtocolError("gemini: two candidates of one chunk have the same index")
+            seen.add(index)
             st = self._candidates.setdefault(index, _Candidate())
             self._candidate(st, index, cand, deltas)
         return deltas
