@@ -24,7 +24,7 @@ import orjson
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-from .types import ClaimReport, Decision, Outcome, Report
+from .types import Citation, ClaimReport, Decision, Outcome, Report
 
 REDACTED: Final = "[redacted]"
 # DESIGN §7: credentials pass through to the upstream and are never logged.
@@ -410,13 +410,23 @@ def _ms(seconds_ms: float | None) -> float | None:
     return None if seconds_ms is None else round(seconds_ms, 3)
 
 
+def _cited_id(cit: Citation) -> str | None:
+    """A cited id as the log may hold it. Ids are written by the model: a malformed one (in
+    `[<a sentence>, kb:1]` the sentence is one) or one with whitespace (a `regex` format's id
+    group) may be prose, and is `null`; the rest is bounded so a runaway marker cannot bloat
+    the log."""
+    i = cit.id
+    if cit.malformed is not None or not i.isprintable() or " " in i:
+        return None
+    return i[:_CITED_ID_MAX]
+
+
 def _claim(c: ClaimReport, include_text: bool) -> dict[str, object]:
     entry: dict[str, object] = {
         "index": c.claim.index,
         "verdict": c.verdict,
         "reason": c.reason if c.verdict == "failed" else c.error_kind,
-        # Ids are written by the model: bounded so a runaway marker cannot bloat the log.
-        "cited": [cit.id[:_CITED_ID_MAX] for cit in c.claim.citations],
+        "cited": [_cited_id(cit) for cit in c.claim.citations],
     }
     if c.check is not None:
         entry["check"] = c.check

@@ -485,3 +485,24 @@ def test_lines_pending_when_the_interpreter_exits_are_written() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert [json.loads(line)["event"] for line in out.stdout.splitlines()] == ["last words"]
+
+
+def test_a_malformed_or_spaced_citation_id_is_not_logged() -> None:
+    """A citation id is written by the model: in `[<a sentence>, kb:1]` the part without a
+    colon is a malformed citation whose id is the sentence, and a `regex` format's id group
+    may hold spaces. Only well-formed ids without whitespace are logged (draft text never is,
+    DESIGN §8); the others are `null`, one per citation, so counts still add up."""
+    prose = "The pump was secretly designed by ZQXMARKER in 1931"
+    claim = Claim(0, 0, f"It was built [{prose}, kb:1].", 0, 70, citations=(
+        Citation(prose, prose, 13, 60, malformed="a half without a colon"),
+        Citation("kb:1", "kb:1", 62, 66),
+        Citation("kb 1 by ZQXMARKER", "kb 1 by ZQXMARKER"),
+    ))
+    report = Report((ClaimReport(claim, "failed", reason="malformed_citation"),), "ab" * 32)
+    with capture_logs() as events:
+        audit_event(request_id="r", route="chat", policy="p@1", status=422, report=report,
+                    outcome=Outcome(Decision.BLOCKED, "malformed_citation", 0),
+                    include_text=False)
+        review_requested(request_id="r", route="chat", policy="p@1", report=report)
+    assert [e["claims"][0]["cited"] for e in events] == [[None, "kb:1", None]] * 2
+    assert "ZQXMARKER" not in json.dumps(events)
