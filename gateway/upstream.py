@@ -154,13 +154,37 @@ def response_headers(upstream_headers: Iterable[tuple[str, str]], decoded: bool)
 # What a verified route relays of the upstream's headers (DESIGN §7), each value in the shape
 # its field has: a value that is not (free text, a second token) could carry answer text past
 # verification, so it is dropped with its field.
-_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-_TOKEN = re.compile(r"[A-Za-z0-9._:+-]{1,64}")
+# A provider's request id: `req_011CSLsW7mFqvHHnzrKdKjAE`, `req-upstream-123`, a UUID. At
+# most three parts, so that no dotted or hyphen-joined sentence passes for one.
+_ID = re.compile(
+    r"(?=[A-Za-z0-9._:-]{1,128}$)(?:[A-Za-z0-9]+[._:-]){0,2}[A-Za-z0-9]+"
+    r"|(?:[A-Za-z]{1,16}[_-])?[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}"
+    r"-[0-9a-fA-F]{12}"
+)
 _NUMBER = re.compile(r"\d{1,12}(?:\.\d{1,6})?")
 _HTTP_DATE = r"[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT"
 _RETRY_AFTER = re.compile(rf"\d{{1,10}}|{_HTTP_DATE}")
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
-_RATE_LIMIT_FAMILY = re.compile(r"(?:x-ratelimit|anthropic-ratelimit)-[a-z0-9-]{1,64}")
+_RATE_LIMIT_FAMILY = re.compile(r"(?:x-ratelimit|anthropic-ratelimit)-([a-z0-9_-]{1,64})")
+# A rate-limit header's name and value are upstream text too: the name's words come from the
+# providers' vocabulary (`x-ratelimit-remaining-tokens_usage_based`,
+# `anthropic-ratelimit-unified-5h-status`), so no sentence rides on a name; a value is a
+# number, a duration (`6m0s`), a date, or one of the providers' status words.
+_RATE_LIMIT_WORDS = frozenset({
+    "limit", "limits", "remaining", "reset", "resets", "requests", "request", "req", "tokens",
+    "token", "input", "output", "usage", "based", "unified", "status", "fallback", "percentage",
+    "representative", "claim", "overage", "utilization", "priority", "batch", "project", "org",
+    "organization", "images", "image", "audio", "day", "hour", "minute", "second", "month",
+    "week", "5h", "7d", "1h", "1m", "1d", "per",
+})
+_RATE_LIMIT_VALUE = re.compile(
+    r"\d{1,16}(?:\.\d{1,6})?"
+    r"|(?:\d{1,6}(?:\.\d{1,6})?(?:ms|us|h|m|s)){1,4}"
+    r"|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:\d{2})"
+    rf"|{_HTTP_DATE}"
+    r"|allowed|allowed_warning|rejected|true|false"
+    r"|five_hour|seven_day(?:_opus|_sonnet)?|overage"
+)
 # name -> (name relayed, value shape). The provider's x-request-id would collide with the
 # gateway's own; Anthropic's request-id does not.
 _VERIFIED_ALLOW: dict[str, tuple[str, re.Pattern[str]]] = {
@@ -185,9 +209,12 @@ def verified_response_headers(upstream_headers: Iterable[tuple[str, str]]) -> He
         lname = name.lower()
         allowed = _VERIFIED_ALLOW.get(lname)
         if allowed is None:
-            if not _RATE_LIMIT_FAMILY.fullmatch(lname):
+            family = _RATE_LIMIT_FAMILY.fullmatch(lname)
+            if family is None or not _RATE_LIMIT_WORDS.issuperset(
+                re.split(r"[-_]", family.group(1))
+            ):
                 continue
-            allowed = (lname, _TOKEN)
+            allowed = (lname, _RATE_LIMIT_VALUE)
         relayed, shape = allowed
         value = value.strip(" \t")
         if shape.fullmatch(value):

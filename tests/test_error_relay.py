@@ -257,6 +257,9 @@ PLANTED = {
     "location": f"https://{MARKER}.example/",
     f"x-{MARKER}": "1",
     "x-ratelimit-note": f"see {MARKER}",  # an allow-listed family, a value of the wrong shape
+    # ... a name of words no provider uses, a hyphen-joined sentence as the value
+    f"x-ratelimit-the-pump-was-built-in-1887-by-{MARKER.lower()}": "1",
+    "anthropic-ratelimit-requests-limit": f"The-pump-was-built-by-{MARKER}",
     "retry-after": MARKER,  # ditto
     "traceparent-x": MARKER,
 }
@@ -349,6 +352,21 @@ def test_shadow_mode_relays_only_allow_listed_headers_too(stack: Stack, case: Ca
         ("traceparent", TRACEPARENT, ("traceparent", TRACEPARENT)),
         ("traceparent", TRACEPARENT.upper(), None),
         ("x-ratelimitx", "1", None),
+        ("x-ratelimit-remaining-tokens_usage_based", "159976",
+         ("x-ratelimit-remaining-tokens_usage_based", "159976")),
+        ("x-ratelimit-reset-requests", "12ms", ("x-ratelimit-reset-requests", "12ms")),
+        ("anthropic-ratelimit-unified-reset", "1756000000",
+         ("anthropic-ratelimit-unified-reset", "1756000000")),
+        ("x-ratelimit-the-pump-was-built-in-1887", "1", None),
+        ("x-ratelimit-limit-requests", "The-pump-was-built-in-1887", None),
+        ("x-ratelimit-limit-requests", "built.by.zqx", None),
+        ("anthropic-ratelimit-unified-status", "approved", None),
+        ("request-id", "req_011CSLsW7mFqvHHnzrKdKjAE",
+         ("request-id", "req_011CSLsW7mFqvHHnzrKdKjAE")),
+        ("x-request-id", "36562039-1ae4-48e6-ae28-1e517e3d2d12",
+         ("x-upstream-request-id", "36562039-1ae4-48e6-ae28-1e517e3d2d12")),
+        ("x-request-id", "the.pump.station.was.built.in.1887", None),
+        ("request-id", "built-by-the-zqx-company", None),
         ("ratelimit-remaining", "1", None),
         ("content-type", "text/html", None),
     ],
