@@ -100,10 +100,17 @@ def lenient(path: Segments) -> Segments:
     """The path as lenient upstream stacks read it: an encoded `/` a separator (ASGI and WSGI
     servers route on the decoded path), empty segments merged away (`//`, a trailing `/`:
     nginx's merge_slashes, non-strict routers), path parameters cut (`;x=1`: servlet
-    containers) and letters case-folded (case-insensitive frameworks and API gateways). Used
-    to tell when a path that matched no route is another spelling of one that does."""
+    containers), letters case-folded (case-insensitive frameworks and API gateways), and
+    escapes decoded through the rounds `refusal` checks (stacks that decode twice). Used to
+    tell when a path that matched no route is another spelling of one that does."""
     out = [""]
     for segment in path[1:]:
+        # Decoded once already; as many rounds more as `refusal` reads through.
+        for _ in range(_ROUNDS - 1):
+            if "%" not in segment:
+                break
+            raw = segment.encode("utf-8", "surrogateescape")
+            segment = unquote_to_bytes(raw).decode("utf-8", "surrogateescape")
         for s in segment.split("/"):
             s = s.split(";", 1)[0].casefold()
             if s:

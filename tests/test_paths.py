@@ -361,6 +361,11 @@ def tree_gw(tmp_path: Path) -> Iterator[tuple[Proxy, RawUpstream]]:
         b"/v1/Chat/Completions",
         b"/v1/chat%2Fcompletions",  # ASGI servers route on the decoded path
         b"/v1/chat%2fcompletions/",
+        # Decoded twice (the rounds the dot-segment check reads through): the route again.
+        b"/v1/chat/%2563ompletions",
+        b"/v1/chat/completions%252F",
+        b"/v1/chat%252Fcompletions",
+        b"/v1/chat%25252Fcompletions",
     ],
 )
 def test_another_spelling_of_a_route_under_a_passthrough_tree_is_refused(

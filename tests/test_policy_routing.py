@@ -330,6 +330,9 @@ def test_lenient_spelling_merges_empty_segments_cuts_parameters_and_folds_case()
     assert lenient(segments("/v1//Chat/completions;x=1/")) == ("", "v1", "chat", "completions")
     assert lenient(segments("/")) == ("",)
     assert lenient(segments("/v1/chat%2Fcompletions")) == ("", "v1", "chat", "completions")
+    # As many rounds of decoding as the path checks read through (paths.refusal).
+    assert lenient(segments("/v1/chat%25252F%2563ompletions")) == (
+        "", "v1", "chat", "completions")
 
 
 def test_a_path_aliases_a_route_only_when_its_lenient_spelling_matches_one(
