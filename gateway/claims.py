@@ -12,9 +12,12 @@ Rules (DESIGN §4):
   ``a.`` ``a)`` ``(a)`` ``A)`` ``(A)``; lower-case roman ``iv.`` ``iv)`` ``(iv)``.
 * Lines end at ``\n``, ``\r\n`` or a lone ``\r`` (CommonMark), for every rule below.
 * Headings (``#``) are claims unless they are a title: at most `title_words` words (a closing
-  ``#`` sequence not counted), no digit and no citation marker (a heading that cites is a
-  claim, so an invented citation cannot ride on a title). A heading is a claim of its own: it
-  ends the claim before it and its last sentence ends with its line.
+  ``#`` sequence not counted; words are split at whitespace and at the characters shown as
+  blanks, U+2800 U+3164 U+115F U+1160 U+FFA0), no numeric character (``⑨``, ``⁹``, ``½``,
+  ``Ⅻ``), no number the number check reads (``forty-two``, ``a dozen``) and no citation
+  marker (a heading that cites is a claim, so an invented citation cannot ride on a title).
+  A heading is a claim of its own: it ends the claim before it and its last sentence ends
+  with its line.
 * Fenced code (``` / ~~~, opened with 0-3 spaces of indent): with `code="exempt"` (the
   default) no claim; with `code="check"` each line of a fence is checked like a paragraph of
   one line. A line of three backticks with another backtick later on it (a line ``x`` between
@@ -66,6 +69,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from gateway.checks.numbers import numbers_in
 from gateway.citations import CitationParser, Marker
 from gateway.types import Citation, frozen_init
 
@@ -125,6 +129,8 @@ _TERMINATOR_WIDE = re.compile(
 _NONSPACE = re.compile(r"\S")
 _WORD = re.compile(r"[^\W_]")
 _DIGIT = re.compile(r"\d")
+# Characters that are no whitespace (`str.split` keeps them) but are shown as a blank.
+_BLANK_LOOKING = str.maketrans(dict.fromkeys("\u2800\u3164\u115f\u1160\uffa0", " "))
 _DOTTED_INITIALS = re.compile(r"^(?:[A-Za-z]\.)+[A-Za-z]$|^[A-Z]$")
 _LEADING_PUNCT = "(\"'“‘[*_"
 # A character no rule or blank line holds: with one, and the first word complete, a partial
@@ -482,14 +488,20 @@ class ClaimSegmenter:
 
     def _is_title(self, p: int, e: int) -> bool:
         """Whether the heading text buf[p:e] is a title: few words (a closing `#` sequence not
-        counted), no digit and no citation marker."""
+        counted; words split at whitespace and at the characters shown as blanks), no numeric
+        character, no number that `numbers_in` reads (``forty-two``) and no citation marker."""
         if self._markers(p, e):
             return False
         text = self._buf[p:e]
-        words = text.split()
+        if text.isascii():
+            words = text.split()
+            numeric = _DIGIT.search(text) is not None
+        else:
+            words = text.translate(_BLANK_LOOKING).split()
+            numeric = any(c.isnumeric() for c in text)
         if words and words[-1].strip("#") == "":
             words.pop()
-        return len(words) <= self._title and _DIGIT.search(text) is None
+        return len(words) <= self._title and not numeric and not numbers_in(text)
 
     # -- the walk over a text line -----------------------------------------------------------
 

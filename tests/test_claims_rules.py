@@ -42,7 +42,8 @@ FORTY_TWO = "The base has forty two reactors in the desert"
     [
         ("# Overview", None),
         ("## Battery and charging", None),
-        ("### One two three four five six seven eight", None),
+        ("### Alpha bravo charlie delta echo foxtrot golf hotel", None),
+        ("### One two three four five six seven eight", "One two three four five six seven eight"),
         ("## Summary ##", None),  # a closing sequence is not a word
         ("## Results [a:1]", "Results [a:1]"),  # a citation makes a claim of any heading
         ("# Overview [doc: 3]", "Overview [doc: 3]"),
@@ -57,6 +58,37 @@ def test_a_heading_is_a_claim_unless_a_title(heading: str, claim: str | None) ->
     want = [] if claim is None else [claim]
     assert texts(f"{heading}\nBody [a:1].") == [*want, "Body [a:1]."]
     assert texts(f"Before [a:1]\n{heading}") == ["Before [a:1]", *want]
+
+
+@pytest.mark.parametrize(
+    "title",
+    [
+        "The plant has \u2468\u2468 reactors",  # circled digits
+        "The plant has \u2079\u2079 reactors",  # superscript digits
+        "The plant has \u0669 reactors",  # an Arabic-Indic digit
+        "Chapter \u216b of the report",  # a Roman numeral character
+        "The pump moves \u00bd litre",  # a vulgar fraction
+        "The base has forty-two reactors",  # a number word
+        "A dozen reactors failed",
+        "Zero staff on site",
+    ],
+)
+def test_a_heading_with_any_number_is_a_claim(title: str) -> None:
+    assert texts(f"# {title}\nBody [a:1].") == [title, "Body [a:1]."]
+    assert fed(f"# {title}\nBody [a:1].", list(f"# {title}\nBody [a:1].")) == segment(
+        f"# {title}\nBody [a:1].", PARSER, EXEMPT
+    )
+
+
+NINE_WORDS = ["The", "plant", "has", "no", "safety", "staff", "and", "the", "director"]
+
+
+@pytest.mark.parametrize("blank", ["\u2800", "\u3164", "\u115f", "\u1160", "\uffa0", "\u3000"])
+def test_blank_looking_characters_split_the_words_of_a_heading(blank: str) -> None:
+    title = blank.join(NINE_WORDS)
+    assert texts(f"## {title}\nBody [a:1].") == [title, "Body [a:1]."]
+    short = blank.join(["Battery", "and", "charging"])
+    assert texts(f"## {short}\nBody [a:1].") == ["Body [a:1]."]
 
 
 def test_title_words_is_a_policy_setting() -> None:
