@@ -342,7 +342,8 @@ class _Exchange:
             if policies.is_passthrough(segments):
                 self.route_label = "passthrough"
                 try:
-                    await self._passthrough(method)
+                    if not await self._passthrough(method):
+                        return
                 except _ClientGone:
                     self._client_gone()
                     return
@@ -378,14 +379,17 @@ class _Exchange:
         else:
             self._account(pipeline, "error", None, None, reason="client_disconnected_mid_body")
 
-    async def _passthrough(self, method: str) -> None:
+    async def _passthrough(self, method: str) -> bool:
+        """Relay the request unverified; False when it was refused (answered and audited)."""
         try:
             body = await self.read_body()
         except BodyTooLarge as e:
-            await self.respond(413, _gateway_error("request_too_large", str(e)))
-            return
+            await self.respond(413, _gateway_error("request_too_large", f"citewarden: {e}"))
+            self._account_unverified("error", "request_too_large")
+            return False
         headers = forward_request_headers(self.raw_headers, self.request_id)
         await self._hangup_guarded(self._relay(method, headers, body))
+        return True
 
     async def _relay(self, method: str, headers: list[tuple[str, str]], body: bytes) -> None:
         try:

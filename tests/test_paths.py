@@ -388,6 +388,27 @@ def test_the_rest_of_a_passthrough_tree_is_forwarded(tree_gw: tuple[Proxy, RawUp
     assert len(_request_lines(upstream)) == 3
 
 
+def test_an_oversize_passthrough_body_is_413_audited_as_an_error(
+    tmp_path: Path, audit_log: io.StringIO
+) -> None:
+    """Refused before anything went upstream: not a passthrough in the audit line or the
+    metrics, and the message is the gateway's own."""
+    upstream = RawUpstream()
+    with upstream.running(), run_proxy(
+        upstream.url, write_policies(tmp_path), max_request_bytes=1000
+    ) as proxy:
+        body = b"x" * 5000
+        request = (b"POST /v1/files/upload HTTP/1.1\r\nhost: x\r\ncontent-length: "
+                   + str(len(body)).encode() + b"\r\n\r\n" + body)
+        response = raw_exchange(proxy.port, request)
+    assert status_of(response) == 413, response
+    assert body_of(response)["error"]["message"].startswith("citewarden: request body over")
+    assert upstream.conns == []
+    (event,) = _audits(audit_log)
+    assert (event["decision"], event["reason"], event["status"]) == (
+        "error", "request_too_large", 413)
+
+
 @pytest.mark.parametrize("method", [b"TRACE", b"CONNECT", b"PROPFIND"])
 def test_methods_the_fronted_apis_do_not_use_are_refused(
     gw: tuple[Proxy, RawUpstream], audit_log: io.StringIO, method: bytes
