@@ -309,24 +309,22 @@ class _Exchange:
             await self.respond(400, _gateway_error("bad_request", f"citewarden: {refused}"))
             self._account_unverified("refused", "bad_path")
             return
+        method: str = self.scope["method"]
+        policies = self.app.store.current
+        segments = paths.segments(self.path)
         if "websocket" in self.headers.get("upgrade", "").lower():
             # Without a WebSocket library installed, uvicorn hands the upgrade over as plain
             # HTTP: refuse it here as the websocket scope is refused, on every path.
-            await self.respond(
-                403, _gateway_error("forbidden", "citewarden: WebSocket upgrades are refused")
+            await self._refuse(
+                method, segments, 403, "forbidden", "WebSocket upgrades are refused", "websocket"
             )
-            self._account_unverified("refused", "websocket")
             return
-        method: str = self.scope["method"]
         if method not in _METHODS:
             # TRACE would echo the request, credentials included; CONNECT asks for a tunnel.
-            await self.respond(
-                405, _gateway_error("method_not_allowed", f"citewarden: {method} is refused")
+            await self._refuse(
+                method, segments, 405, "method_not_allowed", f"{method} is refused", "method"
             )
-            self._account_unverified("refused", "method")
             return
-        policies = self.app.store.current
-        segments = paths.segments(self.path)
         matched = policies.match(method, segments, self.headers)
         if matched is None:
             if policies.is_passthrough(segments) and policies.aliases_route(
@@ -370,6 +368,25 @@ class _Exchange:
                 return
             if self.gone:
                 self._account(pipeline, "error", None, None, reason="client_disconnected")
+
+    async def _refuse(
+        self, method: str, segments: paths.Segments, status: int, kind: str, message: str,
+        reason: str,
+    ) -> None:
+        """A request refused before it is read: in the error envelope of the route its path
+        matches (the SDK on that path reads no other), the gateway's JSON error on a path that
+        routes nowhere; audited `refused` with `reason`, never forwarded."""
+        matched = self.app.store.current.match(method, segments, self.headers)
+        message = f"citewarden: {message}"
+        if matched is None:
+            body = _gateway_error(kind, message)
+        else:
+            loaded, route = matched
+            self.route_label, self.policy_label = route.name, loaded.label
+            self.pipeline = self.app.pipelines.get(loaded, route)
+            body = dumps(self.pipeline.adapter.error_envelope(status, message, kind))
+        await self.respond(status, body)
+        self._account_unverified("refused", reason)
 
     def _client_gone(self, pipeline: RoutePipeline | None = None) -> None:
         """A client that left mid-upload: nothing was forwarded, nothing can be answered."""

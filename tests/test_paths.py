@@ -409,6 +409,50 @@ def test_an_oversize_passthrough_body_is_413_audited_as_an_error(
         "error", "request_too_large", 413)
 
 
+NATIVE_POLICY = """
+name: native
+routes:
+  - {name: messages, match: {path: /v1/messages}, protocol: anthropic-messages}
+  - {name: converse, match: {path_glob: "/model/*/converse"}, protocol: bedrock-converse}
+citations: {format: doc-chunk}
+"""
+
+
+@pytest.mark.parametrize(
+    ("request_head", "status", "reason"),
+    [
+        (b"TRACE /v1/messages HTTP/1.1\r\nhost: x\r\n\r\n", 405, "method"),
+        (b"GET /v1/messages HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\n"
+         b"connection: upgrade\r\n\r\n", 403, "websocket"),
+        (b"TRACE /model/m/converse HTTP/1.1\r\nhost: x\r\n\r\n", 405, "method"),
+        (b"GET /model/m/converse HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\n"
+         b"connection: upgrade\r\n\r\n", 403, "websocket"),
+    ],
+)
+def test_a_refusal_on_a_routed_path_is_in_the_routes_error_envelope(
+    tmp_path: Path, audit_log: io.StringIO, request_head: bytes, status: int, reason: str
+) -> None:
+    """Refused before anything is read, but on a route's path: the client's SDK reads the
+    protocol's envelope (Anthropic's `type: error`, Bedrock's `x-amzn-ErrorType`)."""
+    policy = tmp_path / "native.yaml"
+    policy.write_text(NATIVE_POLICY)
+    upstream = RawUpstream()
+    with upstream.running(), run_proxy(upstream.url, [policy]) as proxy:
+        response = raw_exchange(proxy.port, request_head)
+    assert status_of(response) == status, response
+    body = body_of(response)
+    head = response.split(b"\r\n\r\n", 1)[0].lower()
+    if b"/v1/messages" in request_head:
+        assert body["type"] == "error" and body["error"]["message"].startswith("citewarden:")
+    else:
+        assert set(body) == {"message"} and body["message"].startswith("citewarden:")
+        assert b"x-amzn-errortype:" in head
+    assert upstream.conns == []
+    (event,) = _audits(audit_log)
+    assert (event["decision"], event["reason"], event["status"]) == ("refused", reason, status)
+    assert event["route"] in ("messages", "converse")
+
+
 @pytest.mark.parametrize("method", [b"TRACE", b"CONNECT", b"PROPFIND"])
 def test_methods_the_fronted_apis_do_not_use_are_refused(
     gw: tuple[Proxy, RawUpstream], audit_log: io.StringIO, method: bytes
