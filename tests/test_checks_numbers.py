@@ -9,7 +9,16 @@ from hypothesis import strategies as st
 from gateway.checks.numbers import NumberMismatch, numbers_in
 from gateway.citations import CitationParser
 from gateway.policy import Citations
-from gateway.types import CheckResult, Chunk, Citation, Claim, ContextSet, NativeLocation, Status
+from gateway.types import (
+    CheckResult,
+    Chunk,
+    Citation,
+    Claim,
+    ContextSet,
+    Document,
+    NativeLocation,
+    Status,
+)
 
 PARSER = CitationParser(Citations())
 CHECK = NumberMismatch()
@@ -78,10 +87,63 @@ def test_number_against_textless_chunk() -> None:
     assert CHECK.run(claim("No numbers [n:1]."), CTX).status is Status.PASS
 
 
-def test_native_cited_text_is_a_source() -> None:
-    loc = NativeLocation("char_location", "up 12.5%", document_index=0, start=0, end=8)
-    c = Claim(0, 0, "Sales rose 12.5%.", 0, 17, (Citation("", "", native=loc),))
-    assert CHECK.run(c, CTX).status is Status.PASS
+NATIVE = ContextSet(
+    documents=[
+        Document(0, "text", "Sales reached 3.2 million units, up 12.5%."),
+        Document(1, "content", blocks=("Sales grew.", " Up 12.5%.", " Costs fell 4%.")),
+        Document(2, "pdf"),
+        Document(3, "pdf", text="Page text: sales rose 12.5% in spring."),
+    ],
+    search_results=[Document(0, "search_result", blocks=("Costs fell 4%.", " Up 12.5%."))],
+)
+
+
+def _native(text: str, kind: str, cited: str, start: int, end: int, index: int = 0) -> Claim:
+    where = {"search_result_index" if kind == "search_result_location" else "document_index":
+             index}
+    loc = NativeLocation(kind, cited, start=start, end=end, **where)  # type: ignore[arg-type]
+    return Claim(0, 0, text, 0, len(text), (Citation("", "", native=loc),))
+
+
+@pytest.mark.parametrize(
+    ("kind", "cited", "start", "end", "index"),
+    [
+        ("char_location", "up 12.5%.", 33, 42, 0),
+        ("content_block_location", "Up 12.5%.", 1, 2, 1),
+        ("search_result_location", "Up 12.5%.", 1, 2, 0),
+        ("page_location", "sales rose 12.5% in spring", 1, 2, 3),
+    ],
+)
+def test_a_native_citation_is_read_in_the_cited_slice_of_its_document(
+    kind: str, cited: str, start: int, end: int, index: int
+) -> None:
+    assert CHECK.run(_native("Sales rose 12.5%.", kind, cited, start, end, index), NATIVE).status \
+        is Status.PASS
+
+
+@pytest.mark.parametrize(
+    ("kind", "cited", "start", "end", "index", "reason"),
+    [
+        # The upstream's own cited_text is no source: only the document's slice is.
+        ("char_location", "Sales rose 99%.", 33, 42, 0, "number_mismatch"),
+        ("char_location", "Sales rose 99%.", 0, 13, 0, "number_mismatch"),  # "Sales reached"
+        ("content_block_location", "Sales rose 99%.", 1, 2, 1, "number_mismatch"),
+        ("content_block_location", "Costs fell 99%.", 2, 3, 1, "number_mismatch"),
+        ("search_result_location", "Sales rose 99%.", 0, 1, 0, "number_mismatch"),
+        # A slice that cannot be resolved is a source without text.
+        ("char_location", "Sales rose 99%.", 0, 999, 0, "source_text_unavailable"),
+        ("char_location", "Sales rose 99%.", 0, 5, 9, "source_text_unavailable"),
+        ("content_block_location", "Sales rose 99%.", 2, 9, 1, "source_text_unavailable"),
+        ("page_location", "Sales rose 99%.", 1, 2, 2, "source_text_unavailable"),  # no pdf text
+        ("page_location", "Sales rose 99%.", 1, 2, 3, "source_text_unavailable"),  # not in it
+        ("page_location", "sales rose 12.5% in spring", 0, 2, 3, "source_text_unavailable"),
+    ],
+)
+def test_a_native_citation_s_own_cited_text_supports_no_number(
+    kind: str, cited: str, start: int, end: int, index: int, reason: str
+) -> None:
+    result = CHECK.run(_native("Sales rose 99%.", kind, cited, start, end, index), NATIVE)
+    assert result.reason == reason
 
 
 def test_numbers_in() -> None:

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.checks.base import _QUOTE_MAP, claim_body, normalise, source_texts
+from gateway.checks.base import _QUOTE_MAP, ClaimFacts, claim_body, normalise, source_texts
 from gateway.checks.quotes import _ELLIPSIS, QuoteMismatch, quotes_in
 from gateway.citations import CitationParser
 from gateway.policy import Citations
@@ -192,6 +192,32 @@ def test_native_ok(loc: dict[str, object]) -> None:
 )
 def test_native_mismatch(loc: dict[str, object], reason: str) -> None:
     assert CHECK.run(native(**loc), DOCS).reason == reason
+
+
+def test_a_native_citation_s_source_is_the_slice_it_cites_not_its_cited_text() -> None:
+    # What number_mismatch and the support check read: the request's text, never the
+    # upstream's cited_text.
+    red = native(type="char_location", cited_text="The sky is red.", document_index=0,
+                 start=20, end=36)
+    assert source_texts(red, DOCS) == (["The sky is blue."], False)
+    assert ClaimFacts(red, DOCS).sources()[0][0].text == "The sky is blue."
+    blocks = native(type="content_block_location", cited_text="Fourth.", document_index=1,
+                    start=1, end=3)
+    assert source_texts(blocks, DOCS) == ([" Second block. Third."], False)
+    page = native(type="page_location", cited_text="with the fact", document_index=3,
+                  start=1, end=2)
+    assert source_texts(page, DOCS) == (["with the fact"], False)
+    for loc in [
+        {"type": "char_location", "cited_text": "x", "document_index": 0, "start": 30,
+         "end": 99},
+        {"type": "char_location", "cited_text": "x", "document_index": 9, "start": 0, "end": 1},
+        {"type": "page_location", "cited_text": "anything", "document_index": 2, "start": 1,
+         "end": 2},
+        {"type": "page_location", "cited_text": "not there", "document_index": 3, "start": 1,
+         "end": 2},
+        {"type": "page_location", "cited_text": "", "document_index": 3, "start": 1, "end": 2},
+    ]:
+        assert source_texts(native(**loc), DOCS) == ([], True), loc
 
 
 # Straightforward references: normalise with a regex, every pattern over the whole text, each

@@ -12,7 +12,15 @@ from functools import lru_cache
 from operator import attrgetter
 from typing import Protocol, runtime_checkable
 
-from gateway.types import CheckResult, Chunk, Claim, ContextSet
+from gateway.types import (
+    CheckResult,
+    Chunk,
+    Claim,
+    ContextSet,
+    Document,
+    NativeLocation,
+    Reason,
+)
 
 __all__ = [
     "AnyCheck",
@@ -23,6 +31,8 @@ __all__ = [
     "SourceText",
     "cited_chunks",
     "claim_body",
+    "native_document",
+    "native_source",
     "run_safely",
     "source_text",
 ]
@@ -146,12 +156,76 @@ def cited_chunks(claim: Claim, ctx: ContextSet) -> tuple[list[Chunk], bool]:
     return chunks, textless
 
 
+def native_document(ctx: ContextSet, loc: NativeLocation) -> Document | None:
+    """The request document or search result a native citation points at, if it exists."""
+    if loc.type == "search_result_location":
+        idx, pool = loc.search_result_index, ctx.search_results
+    else:
+        idx, pool = loc.document_index, ctx.documents
+    if idx is None or idx < 0:
+        return None
+    if idx < len(pool) and pool[idx].index == idx:
+        return pool[idx]
+    return next((d for d in pool if d.index == idx), None)
+
+
+def native_source(
+    ctx: ContextSet, loc: NativeLocation
+) -> tuple[str | None, Reason | None, str]:
+    """The request's text a native citation cites: the document's `text[start:end]`
+    (char_location), its blocks joined `[start:end]` (content_block_location,
+    search_result_location), or (page_location, whose pages have no offsets in the extracted
+    text) the `cited_text` when it occurs in the PDF's text, after `normalise`. The upstream's
+    `cited_text` is never a source on its own word.
+
+    Returns (text, None, "") when resolved; (None, reason, why) when the location is wrong
+    ("quote_mismatch") or its text unknown ("source_text_unavailable"); (None, None, "") when
+    it cites nothing that could be checked (an empty `cited_text` of a PDF page, a document
+    without text)."""
+    doc = native_document(ctx, loc)
+    if doc is None:
+        return None, "quote_mismatch", "cited document not in request"
+    start, end = loc.start, loc.end
+    if loc.type == "page_location":
+        if start is None or end is None or start < 1 or end <= start:
+            return None, "quote_mismatch", "bad page range"
+        cited = normalise(loc.cited_text)
+        if not cited:
+            return None, None, ""
+        if doc.text is None:
+            return None, "source_text_unavailable", "pdf text is not available"
+        if cited not in source_text(doc.text).normalised:
+            return None, "quote_mismatch", "cited_text not in document"
+        return loc.cited_text, None, ""
+    if loc.type == "char_location":
+        if doc.text is None:
+            if not normalise(loc.cited_text):
+                return None, None, ""
+            return None, "source_text_unavailable", "document text is not available"
+        size = len(doc.text)
+    else:
+        size = len(doc.blocks)
+    if start is None or end is None or not 0 <= start <= end <= size:
+        return None, "quote_mismatch", "cited range out of bounds"
+    if loc.type == "char_location":
+        assert doc.text is not None
+        return doc.text[start:end], None, ""
+    return "".join(doc.blocks[start:end]), None, ""
+
+
 def source_texts(claim: Claim, ctx: ContextSet) -> tuple[list[str], bool]:
-    """Texts a claim's citations point at: cited chunks' text and native `cited_text`, plus
-    whether some cited source has no text to check against."""
+    """Texts a claim's citations point at: cited chunks' text and the request text each
+    native citation cites (`native_source`), plus whether some cited source has no text to
+    check against (a native citation whose text cannot be resolved has none)."""
     chunks, textless = cited_chunks(claim, ctx)
     texts = [c.text for c in chunks if c.text is not None]
-    texts.extend(c.native.cited_text for c in claim.citations if c.native is not None)
+    for c in claim.citations:
+        if c.native is not None:
+            text = native_source(ctx, c.native)[0]
+            if text is None:
+                textless = True
+            else:
+                texts.append(text)
     return texts, textless
 
 

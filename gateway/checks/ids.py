@@ -5,8 +5,8 @@ They need no chunk text, so they also work with an id-only context.
 
 from __future__ import annotations
 
-from gateway.checks.base import ClaimFacts, FactsCheck
-from gateway.types import CheckResult, Citation, ContextSet, Document, NativeLocation
+from gateway.checks.base import ClaimFacts, FactsCheck, native_document
+from gateway.types import CheckResult, Citation, ContextSet
 
 __all__ = [
     "PASS_PLAIN",
@@ -47,19 +47,6 @@ class MalformedCitation(FactsCheck):
             if c.malformed is not None:
                 return CheckResult.fail(self.name, "malformed_citation", c.malformed)
         return _OK_MALFORMED
-
-
-def native_document(ctx: ContextSet, loc: NativeLocation) -> Document | None:
-    """The request document or search result a native citation points at, if it exists."""
-    if loc.type == "search_result_location":
-        idx, pool = loc.search_result_index, ctx.search_results
-    else:
-        idx, pool = loc.document_index, ctx.documents
-    if idx is None or idx < 0:
-        return None
-    if idx < len(pool) and pool[idx].index == idx:
-        return pool[idx]
-    return next((d for d in pool if d.index == idx), None)
 
 
 class HallucinatedCitation(FactsCheck):

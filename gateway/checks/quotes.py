@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import re
 
-from gateway.checks.base import ClaimFacts, FactsCheck, normalise, source_text
-from gateway.checks.ids import native_document
+from gateway.checks.base import ClaimFacts, FactsCheck, native_source, normalise
 from gateway.types import CheckResult, ContextSet, NativeLocation
 
 __all__ = ["QuoteMismatch", "quotes_in"]
@@ -176,42 +175,10 @@ class QuoteMismatch(FactsCheck):
         return _OK
 
     def _native(self, loc: NativeLocation, ctx: ContextSet) -> CheckResult | None:
-        doc = native_document(ctx, loc)
-        if doc is None:
-            return CheckResult.fail(self.name, "quote_mismatch", "cited document not in request")
-        cited = normalise(loc.cited_text)
-        start, end = loc.start, loc.end
-        if loc.type == "page_location":
-            if start is None or end is None or start < 1 or end <= start:
-                return CheckResult.fail(self.name, "quote_mismatch", "bad page range")
-            if not cited:
-                return None
-            if doc.text is None:
-                return CheckResult.fail(
-                    self.name, "source_text_unavailable", "pdf text is not available"
-                )
-            if cited not in source_text(doc.text).normalised:
-                return CheckResult.fail(self.name, "quote_mismatch", "cited_text not in document")
-            return None
-        if loc.type == "char_location":
-            if doc.text is None:
-                if not cited:
-                    return None
-                return CheckResult.fail(
-                    self.name, "source_text_unavailable", "document text is not available"
-                )
-            source: str = doc.text
-            size = len(source)
-        else:
-            size = len(doc.blocks)
-            source = ""
-        if start is None or end is None or not 0 <= start <= end <= size:
-            return CheckResult.fail(self.name, "quote_mismatch", "cited range out of bounds")
-        if loc.type == "char_location":
-            sliced = source[start:end]
-        else:
-            sliced = "".join(doc.blocks[start:end])
-        if normalise(sliced) != cited:
+        text, reason, why = native_source(ctx, loc)
+        if reason is not None:
+            return CheckResult.fail(self.name, reason, why)
+        if text is not None and normalise(text) != normalise(loc.cited_text):
             return CheckResult.fail(
                 self.name, "quote_mismatch", "cited_text differs from the cited slice"
             )

@@ -1,0 +1,100 @@
+"""Numbers and quotations a reader sees but the checks once read otherwise, run through the real
+`citewarden verify` (the proxy's code path, offline): a native citation's own `cited_text`
+taken as its source, HTML character references, markup between digits, no-break-space and
+apostrophe thousands separators, unrecognised quotation marks and number forms read as text.
+Each answer below must not be released; positive controls with correct content must be."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from gateway.offline import verify_exchange
+
+_RAG_POLICY = """name: more2
+routes:
+  - name: kb
+    match: {path: /rag}
+    protocol: rag-json
+    rag: {answer: /answer, context: /sources}
+citations: {format: doc-chunk}
+context: {from: [response]}
+checks: [missing_citation, malformed_citation, hallucinated_citation, stale_source,
+         quote_mismatch, number_mismatch]
+"""
+
+_NATIVE_POLICY = """name: more2-native
+routes:
+  - name: msgs
+    match: {path: /v1/messages}
+    protocol: anthropic-messages
+checks: [missing_citation, malformed_citation, hallucinated_citation, stale_source,
+         number_mismatch]
+"""
+
+
+def _verify(
+    tmp_path: Path, policy: str, protocol: str, request: dict[str, Any], response: dict[str, Any]
+) -> dict[str, Any]:
+    (tmp_path / "p.yaml").write_text(policy)
+    (tmp_path / "req.json").write_text(json.dumps(request))
+    (tmp_path / "resp.json").write_text(json.dumps(response))
+    out = io.StringIO()
+    rc = verify_exchange(
+        policy_path=str(tmp_path / "p.yaml"), protocol=protocol,
+        request_path=str(tmp_path / "req.json"), response_path=str(tmp_path / "resp.json"),
+        route_name=None, out=out,
+    )
+    assert rc in (0, 1), out.getvalue()
+    report: dict[str, Any] = json.loads(out.getvalue())
+    return report
+
+
+def _rag(tmp_path: Path, answer: str, chunk: str) -> str:
+    report = _verify(
+        tmp_path, _RAG_POLICY, "rag-json", {"question": "q"},
+        {"answer": answer, "sources": [{"id": "kb:1", "text": chunk}]},
+    )
+    decision: str = report["decision"]
+    return decision
+
+
+# -- a native citation is read in the request's document, not in its own cited_text -----------
+
+_DOCUMENT = "The plant has 42 reactors."
+
+
+def _native(tmp_path: Path, answer: str, cited_text: str, start: int, end: int) -> str:
+    request = {"model": "claude-x", "max_tokens": 100, "messages": [{"role": "user", "content": [
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain",
+                                        "data": _DOCUMENT},
+         "citations": {"enabled": True}},
+        {"type": "text", "text": "How many reactors?"}]}]}
+    response = {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x",
+        "stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1},
+        "content": [{"type": "text", "text": answer, "citations": [
+            {"type": "char_location", "cited_text": cited_text, "document_index": 0,
+             "document_title": None, "start_char_index": start, "end_char_index": end}]}],
+    }
+    decision: str = _verify(tmp_path, _NATIVE_POLICY, "anthropic-messages", request,
+                            response)["decision"]
+    return decision
+
+
+def test_a_native_citation_s_cited_text_does_not_support_its_number(tmp_path: Path) -> None:
+    # The upstream wrote "99" into cited_text; the document it cites says 42.
+    answer = "The plant has 99 reactors."
+    assert _native(tmp_path, answer, answer, 0, 26) != "released"
+
+
+def test_a_native_citation_s_number_in_the_cited_slice_is_released(tmp_path: Path) -> None:
+    answer = "The plant has 42 reactors."
+    assert _native(tmp_path, answer, _DOCUMENT, 0, 26) == "released"
+
+
+def test_a_native_citation_out_of_the_document_supports_no_number(tmp_path: Path) -> None:
+    answer = "The plant has 42 reactors."
+    assert _native(tmp_path, answer, _DOCUMENT, 0, 999) != "released"
