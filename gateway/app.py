@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
-import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, cast
@@ -45,11 +43,6 @@ Send = Callable[[Message], Awaitable[None]]
 
 JSON = b"application/json"
 SSE = b"text/event-stream; charset=utf-8"
-
-# A client's x-request-id is propagated only in this shape (DESIGN §7); any other value is
-# replaced by a fresh id, and is neither echoed nor logged.
-_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-
 
 # The request path (with its query) in an audit line is cut here: it is the client's to choose.
 _LOGGED_PATH_MAX = 256
@@ -163,11 +156,7 @@ class _Exchange:
         self.headers: dict[str, str] = {
             k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self.raw_headers
         }
-        # 32 random hex digits, as uuid4().hex but without building a UUID object.
-        given = self.headers.get("x-request-id")
-        self.request_id = (
-            given if given is not None and _REQUEST_ID.fullmatch(given) else os.urandom(16).hex()
-        )
+        self.request_id = audit.request_id(self.headers.get("x-request-id"))
         # The path as the client sent it, forwarded byte for byte (DESIGN §7); never the
         # percent-decoded scope["path"]. Checked by `paths.refusal` before anything else.
         self.raw_path: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")

@@ -11,6 +11,7 @@ import atexit
 import contextlib
 import io
 import logging
+import os
 import re
 import sys
 import threading
@@ -404,6 +405,19 @@ def reset_logging() -> None:
 # --------------------------------------------------------------------------------------------
 # Audit events
 # --------------------------------------------------------------------------------------------
+
+
+# A client's x-request-id is propagated only in this shape (DESIGN §7); any other value is
+# replaced by a fresh id, and is neither echoed nor logged.
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def request_id(given: str | None) -> str:
+    """The id of a request's answer and audit line: the client's `x-request-id` when it has
+    the allowed shape, else 32 random hex digits (as `uuid4().hex`, without the object)."""
+    if given is not None and _REQUEST_ID.fullmatch(given):
+        return given
+    return os.urandom(16).hex()
 
 
 def _ms(seconds_ms: float | None) -> float | None:

@@ -25,7 +25,6 @@ the cost of a task, an event and a few loop turns per request.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
@@ -119,15 +118,19 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._refused:
             return
         size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
+        given = next(
+            (v.decode("latin-1") for n, v in self.headers if n.lower() == b"x-request-id"), None
+        )
         if size > self.max_head_bytes:
-            self._too_large()
+            self._too_large(given)
             return
         self._in_head = False
         self._stop_head_timer()
         limit = self.max_connections
         if limit is not None and (len(self.connections) > limit or len(self.tasks) >= limit):
             self._refuse(
-                503, "unavailable", "over_concurrency_limit", "too many connections, retry later"
+                503, "unavailable", "over_concurrency_limit", "too many connections, retry later",
+                given,
             )
             return
         extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
@@ -149,9 +152,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     # -- refusals --------------------------------------------------------------------------
 
-    def _too_large(self) -> None:
+    def _too_large(self, given: str | None = None) -> None:
         limit = self.max_head_bytes
-        self._refuse(431, "request_too_large", "head_too_large", f"request head over {limit} bytes")
+        message = f"request head over {limit} bytes"
+        self._refuse(431, "request_too_large", "head_too_large", message, given)
 
     def _stop_head_timer(self) -> None:
         if self._head_timer is not None:
@@ -179,10 +183,15 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if not self._refused:
             self._refuse(400, "bad_request", "malformed_request", "malformed HTTP request")
 
-    def _refuse(self, status: int, kind: str, reason: str, message: str) -> None:
-        """Answer `status` with the gateway's JSON error of type `kind`, close, and audit."""
+    def _refuse(
+        self, status: int, kind: str, reason: str, message: str, given: str | None = None
+    ) -> None:
+        """Answer `status` with the gateway's JSON error of type `kind`, close, and audit. The
+        answer and its audit line carry one request id: the client's (`given`, once its head
+        was read) when it has the allowed shape, else a fresh one."""
         self._refused = True
         self._stop_head_timer()
+        rid = audit.request_id(given)
         body = orjson.dumps(
             {"error": {"type": kind, "message": f"citewarden: {message}", "source": "citewarden"}}
         )
@@ -190,6 +199,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
             "content-type: application/json\r\n"
             f"content-length: {len(body)}\r\n"
+            f"x-request-id: {rid}\r\n"
             "connection: close\r\n\r\n"
         )
         if not self.transport.is_closing():
@@ -198,7 +208,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.metrics is not None:
             self.metrics.observe_request("unrouted", "refused", False, 0.0, None)
         audit.audit_event(
-            request_id=os.urandom(16).hex(),
+            request_id=rid,
             route="unrouted",
             policy="-",
             status=status,

@@ -263,3 +263,60 @@ def test_limits_are_serve_flags_and_env(monkeypatch: pytest.MonkeyPatch) -> None
         64 * 1024, 10.0, 5.0
     )
     assert defaults.limit_concurrency == 0
+
+
+# ------------------------------------------------------------------------------ request id
+
+
+def _request_id(response: bytes) -> str | None:
+    for line in response.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"x-request-id":
+            return value.strip().decode()
+    return None
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "echoed"),
+    [
+        # Over the limit: found once the head is read (the client's id is known) or while
+        # it still grows (no header read yet), as the bytes happen to arrive.
+        (b"GET /v1/models HTTP/1.1\r\nx-request-id: client-7\r\n"
+         + b"".join(b"x-pad-%d: %s\r\n" % (i, b"a" * 60) for i in range(1100)) + b"\r\n",
+         431, None),
+        (b"GET /v1/files/" + b"a" * 70_000 + b" HTTP/1.1\r\nx-request-id: client-7\r\n\r\n",
+         431, None),
+        # Unparseable: nothing of it is trusted.
+        (b"GET /v1/models HTTP/1.1\r\nx-request-id: client-7\r\nbad header\r\n\r\n", 400, False),
+    ],
+    ids=["431-headers", "431-request-line", "400-malformed"],
+)
+def test_a_server_refusal_carries_the_request_id_of_its_audit_line(
+    tmp_path: Path, upstream: RawUpstream, audit_log: io.StringIO,
+    request_bytes: bytes, status: int, echoed: bool | None,
+) -> None:
+    """Every answer carries `x-request-id`, the id of its audit line (docs/http.md): the
+    client's own when its head was read and the id is valid, else a fresh one."""
+    with gateway(tmp_path, upstream) as gw:
+        response = raw_exchange(gw.port, request_bytes)
+    assert status_of(response) == status, response[:200]
+    rid = _request_id(response)
+    (event,) = _audits(audit_log)
+    assert rid is not None and event["request_id"] == rid
+    if echoed is not None:
+        assert (rid == "client-7") is echoed
+
+
+def test_a_503_past_the_connection_limit_carries_the_clients_request_id(
+    tmp_path: Path, upstream: RawUpstream, audit_log: io.StringIO
+) -> None:
+    with gateway(tmp_path, upstream, limit_concurrency=1) as gw:
+        held = socket.create_connection(("127.0.0.1", gw.port))
+        time.sleep(0.1)
+        response = raw_exchange(
+            gw.port, b"GET /v1/models HTTP/1.1\r\nhost: gw\r\nx-request-id: client-8\r\n\r\n"
+        )
+        held.close()
+    assert status_of(response) == 503
+    (event,) = _audits(audit_log)
+    assert _request_id(response) == event["request_id"] == "client-8"
