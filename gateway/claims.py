@@ -27,7 +27,17 @@ Rules (DESIGN §4):
   with the item; a closing fence so indented still closes the block. This is stricter than
   CommonMark for a top-level fence indented 1-3 spaces, whose less indented lines are read as
   prose (fail closed). Indented text is prose, never code: an indented line cannot hide a
-  claim.
+  claim. An unclosed fence runs to the end of the text, as a renderer shows it.
+* HTML blocks (CommonMark types 1-7): a markdown renderer shows their lines as raw HTML, so a
+  fence line inside one opens no code block and a heading line inside one is no heading:
+  both are text lines, checked. A block starts (outside a code block) at a text line whose
+  text, after at most three spaces or after a list label, starts with ``<`` and a letter,
+  ``/``, ``!`` or ``?``: liberally, so also where CommonMark starts none (fail closed: the
+  block only makes more text prose). It ends, with its line, at the first line holding, after
+  its start, ``</script>`` ``</pre>`` ``</style>`` or ``</textarea>`` (any case; started by
+  ``<script`` ``<pre`` ``<style`` ``<textarea`` and a space, tab, ``>`` or the line end),
+  ``-->`` (``<!--``), ``?>`` (``<?``), ``]]>`` (``<![CDATA[``) or ``>`` (``<!`` and a
+  letter); every other block ends at a blank line (spaces and tabs only).
 * Blank lines, thematic breaks (``---``), fences, headings and list items end the claim before
   them. A single line end inside a paragraph does not.
 * A sentence ends at ``.``, ``!``, ``?`` or ``…`` (plus closing quotes / parentheses) followed
@@ -55,11 +65,13 @@ or once it holds a character that no rule or blank line has and its first word i
 a space or tab; a line that opens with a backtick fence (a backtick later on it unmakes the
 fence) is known once complete, and a line inside a fence indented n spaces once its first n
 characters are seen (once complete when one of them is a fence character: it may close the
-block). Headings, fence lines and (with the ``regex`` citation format, whose
-matches cannot be bounded) every line are walked when complete. A ``\r`` at the end of the
-text seen waits for the next character (``\r\n`` is one line end). Whatever the split of a
-text into deltas, the claims and the moment each is emitted depend only on the text seen so
-far.
+block). Headings, fence lines and (with the ``regex`` citation format, whose matches cannot
+be bounded) every line are walked when complete. Whether a text line starts or ends an HTML
+block is read as the line is walked (its first word is whole before the first cut after it,
+and no end text holds a space or tab, so none spans a cut); it decides the next line's kind.
+A ``\r`` at the end of the text seen waits for the next character (``\r\n`` is one line end).
+Whatever the split of a text into deltas, the claims and the moment each is emitted depend
+only on the text seen so far.
 """
 
 from __future__ import annotations
@@ -112,6 +124,24 @@ _BLANK = re.compile(r"[ \t\r\f\v]*$")
 # Two letters, the first no lowercase roman digit: a text line (no label, heading, rule,
 # fence or blank line starts so).
 _PLAIN_START = re.compile(r"[^\W\d_ivxlc][^\W\d_]")
+# An HTML block (CommonMark types 1-7) starts at a line whose text (after at most three spaces,
+# or after a list label) starts so; started liberally, so it may start where CommonMark has
+# none. The groups name the types that end at a line holding their end text (`_HTML_ENDS`);
+# every other start ends at a blank line.
+_HTML_LEAD = re.compile(r"[ ]{0,3}<")
+_HTML_START = re.compile(
+    r"<(?:((?i:script|pre|style|textarea))(?=[ \t>]|$)|(!--)|(\?)|(!\[CDATA\[)|(![A-Za-z])"
+    r"|[A-Za-z/!])"
+)
+_HTML_ENDS = (
+    re.compile(r"</(?:script|pre|style|textarea)>", re.IGNORECASE),
+    re.compile(r"-->"),
+    re.compile(r"\?>"),
+    re.compile(r"\]\]>"),
+    re.compile(r">"),
+)
+_HTML_BLANK_END = re.compile(r"(?!)")  # the block ends at a blank line: nothing to search
+_STRICT_BLANK = re.compile(r"[ \t]*$")  # a blank line for CommonMark (a "\f" line is none)
 _RULE = re.compile(r"[ ]{0,3}(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,}|=+[ \t]*)$")
 # `[.!?]+` or `…`, written to start with a character set so that searching is fast.
 _TERMINATOR = re.compile(r"[.!?…](?:(?<=[.!?])[.!?]*)?[\"'”’)»*_]*(?=\s|$)")
@@ -182,6 +212,8 @@ class ClaimSegmenter:
         "_fence",
         "_findent",
         "_fullmatch",
+        "_hs",
+        "_html",
         "_kd",
         "_kf",
         "_kind",
@@ -232,6 +264,11 @@ class ClaimSegmenter:
         self._kf = self._kw = self._kd = False  # kind flags: first word seen, complete, decider
         self._fence: str | None = None  # the opening fence while inside a code block
         self._findent = 0  # and its indent
+        # The open HTML block's end (`_HTML_ENDS`, `_HTML_BLANK_END`), None outside one; and
+        # where a walk of the current text line reads on for an HTML block's start (no block
+        # open) or end (-1: nothing to read).
+        self._html: re.Pattern[str] | None = None
+        self._hs = -1
         self._pos = 0  # a text line is walked up to here
         self._cscan = 0  # a cut is searched from here
         # The open claim: start and end (absolute; start `_NO` when none), citations, the
@@ -346,6 +383,8 @@ class ClaimSegmenter:
                 break
             self._ls = self._nscan = self._pos = self._cscan = nxt + bb
             self._kind = _UNDECIDED
+            html = self._html
+            self._hs = nxt + bb if html is not None and html is not _HTML_BLANK_END else -1
             self._kf = self._kw = self._kd = False
         self._trim()
 
@@ -406,27 +445,31 @@ class ClaimSegmenter:
             self._pos = self._cscan = ls + self._bb
             return
         self._kind = _SKIP
+        html = self._html
         if _BLANK.match(buf, ls, e) or _RULE.match(buf, ls, e):
+            if html is _HTML_BLANK_END and _STRICT_BLANK.match(buf, ls, e):
+                self._html = None
             self._close(out)
             return
-        m = _FENCE.match(buf, ls, e)
-        if m:
-            fence = m.group(1)
-            if fence[0] == "`" and partial:
-                self._kind = _WAIT  # a backtick later on the line makes it inline code
-                return
-            if fence[0] != "`" or buf.find("`", m.end(), e) < 0:
+        if html is None:  # in an HTML block, fence and heading lines are raw text
+            m = _FENCE.match(buf, ls, e)
+            if m:
+                fence = m.group(1)
+                if fence[0] == "`" and partial:
+                    self._kind = _WAIT  # a backtick later on the line makes it inline code
+                    return
+                if fence[0] != "`" or buf.find("`", m.end(), e) < 0:
+                    self._close(out)
+                    self._fence = fence
+                    self._findent = m.start(1) - ls
+                    return
+            m = _HEADING.match(buf, ls, e)
+            if m:
                 self._close(out)
-                self._fence = fence
-                self._findent = m.start(1) - ls
+                self._kind = _HEAD
+                self._pos = m.end() + self._bb
                 return
         pos = ls
-        m = _HEADING.match(buf, ls, e)
-        if m:
-            self._close(out)
-            self._kind = _HEAD
-            self._pos = m.end() + self._bb
-            return
         m = _LIST.match(buf, ls, e)
         if m:
             self._close(out)
@@ -435,6 +478,12 @@ class ClaimSegmenter:
                 pos = m.end()
             else:
                 pos = m.start(1)
+            if html is None:  # the item's text may start an HTML block
+                self._hs = m.end() + self._bb
+        elif html is None:
+            m = _HTML_LEAD.match(buf, ls, e)
+            if m:
+                self._hs = m.end() - 1 + self._bb
         self._kind = _TEXT
         self._pos = self._cscan = pos + self._bb
 
@@ -445,7 +494,10 @@ class ClaimSegmenter:
         kind = self._kind
         bb = self._bb
         if kind == _TEXT:
-            self._walk(max(self._pos - bb, ls), e, True, out)
+            lo = max(self._pos - bb, ls)
+            if self._hs >= 0:
+                self._html_look(lo, e, True)
+            self._walk(lo, e, True, out)
         elif kind == _HEAD:
             p = self._pos - bb
             if not self._is_title(p, e):
@@ -486,6 +538,37 @@ class ClaimSegmenter:
             return
         self._cut(n, out)
 
+    def _html_look(self, lo: int, hi: int, eol: bool) -> None:
+        """Read buf[lo:hi], the next part of a text line (its rest: `eol`; else it ends after a
+        space or tab), from `_hs` on: for the start of an HTML block when none is open (its
+        first word is whole in it), then for the open block's end text."""
+        buf, bb = self._buf, self._bb
+        hs = self._hs - bb
+        if hs >= hi:
+            return
+        end = self._html
+        if end is None:
+            k = hs
+            while k < hi and buf[k] in " \t":
+                k += 1
+            if k == hi:  # only spaces so far
+                self._hs = -1 if eol else hi + bb
+                return
+            m = _HTML_START.match(buf, k, hi)
+            self._hs = -1
+            if m is None:
+                return
+            if m.lastindex is None:
+                self._html = _HTML_BLANK_END
+                return
+            end = self._html = _HTML_ENDS[m.lastindex - 1]
+            hs = m.end()
+        if end.search(buf, hs, hi) is not None:
+            self._html = None  # this line is the block's last
+            self._hs = -1
+        else:
+            self._hs = hi + bb
+
     def _is_title(self, p: int, e: int) -> bool:
         """Whether the heading text buf[p:e] is a title: few words (a closing `#` sequence not
         counted; words split at whitespace and at the characters shown as blanks), no numeric
@@ -525,6 +608,8 @@ class ClaimSegmenter:
             q = max(buf.rfind(" ", scan, lb), buf.rfind("\t", scan, lb)) + 1
         self._cscan = block + bb
         if q > pos:
+            if self._hs >= 0:
+                self._html_look(pos, q, False)
             self._walk(pos, q, False, out)
             pos = q
         # Past the cut: a claim after its terminator ends at the next sentence's first

@@ -255,6 +255,9 @@ _PIECES = st.sampled_from(
         "泵由X设计。", "好！", "。」", "هل؟", "．",
         # lone carriage returns, inline code that looks like a fence, fences in list items
         "\r", "\r\r", "```x```", "`", "  ```", "   ~~~", "  x", " ", "[a:\u00a0b]", "# T [a:1]",
+        # HTML blocks and their ends
+        "<!--", "-->", "<div>", "</div>", "<script>", "</script>", "<?x", "?>", "<!X", ">",
+        "- <!--", "<p",
     ]
 )
 

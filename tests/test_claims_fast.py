@@ -60,6 +60,9 @@ _PIECES = st.sampled_from(
         "~~~", "````", "---", "***", "___", "===", "- - -", "    ",
         # inline code that looks like a fence, fences indented as in list items, cited headings
         "```x```", "``` `", "`", "  ```", "   ~~~", " ```", "  x", "# T [a:1]", "## T [a: 1]",
+        # HTML blocks: their starts and ends, fence lines inside them
+        "<!--", "-->", "<!-- -->", "<div>", "</div>", "<script>", "</SCRIPT>", "<?x", "?>",
+        "<!X", ">", "<![CDATA[", "]]>", "<pre ", "<", "<p", "- <!--", "<!-->",
         # whitespace other than a space inside a marker's half
         "[kb:\u00a0x]", "[kb:\tx]", "[kb\u3000:x]", "[1,\u00a02]",
         # whitespace
@@ -76,6 +79,8 @@ _LINE_STARTS = st.sampled_from(
         "#", "# ", "## Sub", "####### ", " # ", "```", "~~~", "````", "``", "---", "***", "___",
         "===", "- - -", "--", "    ", " ", "\t", "\u00a0",
         "  ```", " ```", "   ~~~", "```x`", "``` a `", "  ", "   ", "  \t", "\r", "# T [a:1] ",
+        "<!--", "<!-- ", "-->", "<div>", "</p>", "<script>", "<pre", "<?", "<!D", "<![CDATA[",
+        "   <!--", "    <!--", "- <!--", "1. <div>", "<", "\f",
     ]
 )
 _LINE_ENDS = st.sampled_from(

@@ -188,6 +188,80 @@ def test_a_fence_in_a_list_item_ends_with_the_item_in_a_stream() -> None:
     assert [s.text for s in seg.feed("he base [a:1]. N")] == ["The base [a:1]."]
 
 
+HIDDEN = "The base has 99 reactors."
+
+
+@pytest.mark.parametrize(
+    ("opener", "fence", "closer"),
+    [
+        ("<!--", "```", "-->"),  # a comment (HTML block type 2)
+        ("<!--", "~~~", "-->"),
+        ("<!-- note", "```-->", ""),  # the fence line ends the comment
+        ("<!--\n", "```", "\n-->"),  # blank lines do not end a comment
+        ("   <!--", "```", "-->"),  # up to three spaces of indent
+        ("<script>", "```", "</script>"),  # type 1, ended by any of its closing tags
+        ('<SCRIPT type="x">', "```", "</pre>"),
+        ("<pre", "~~~", "x </PRE> y"),
+        ("<style>", "```", "</style>"),
+        ("<textarea>", "```", "</textarea>"),
+        ("<?php", "```", "?>"),  # type 3
+        ("<!DOCTYPE", "```", ">"),  # type 4
+        ("<![CDATA[", "```", "]]>"),  # type 5
+        ("<div>", "```", "</div>\n"),  # type 6, ended by a blank line
+        ("<div>\n\f", "```", "</div>\n"),  # a line of a form feed is no blank line
+        ("</section>", "```", "\n"),
+        ("<span>", "```", "\n"),  # type 7
+        ("<x-y a=1>", "```", "\n"),
+        ("<!x-y", "```", "\n"),  # type 4, ended by ">"
+        ("<!-x", "```", "\n"),  # started liberally (fail closed): "<" and a letter, "/", "!"
+        ("<!-->", "```", "\n"),  # "-->" counts after the opening "<!--" only
+        ("- <!--", "  ```", "  -->"),  # in a list item
+        ("1. <!--", "```", "-->"),
+        ("1970. <!--", "```", "-->"),
+    ],
+)
+def test_a_fence_line_inside_an_html_block_is_prose(opener: str, fence: str, closer: str) -> None:
+    # A markdown renderer shows an HTML block as raw HTML: a fence line in it opens no code
+    # block, and the text after the block is shown as prose. It is checked.
+    text = f"Intro [a:1].\n{opener}\n{fence}\n{closer}\n{HIDDEN}\n"
+    got = texts(text)
+    assert any(c.endswith(HIDDEN) for c in got), got
+    assert [s.text for s in fed(text, list(text))] == got
+    assert [s.text for s in fed(text, [text[:17], text[17:20], text[20:]])] == got
+    # Both fences hidden: the text between them is prose too.
+    both = f"{opener}\n{fence}\n{closer}\n{HIDDEN}\n{opener}\n{fence}\n{closer}\n"
+    assert any(HIDDEN in c for c in texts(both)), texts(both)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        "<!-- -->",  # a comment of one line
+        "<!--\n-->",
+        "<div>\n</div>\n",  # type 6, ended by a blank line
+        "<script>\n</script>",
+        "<? ?>",
+        "    <!--",  # four spaces: no HTML block (indented text)
+        "<",
+        "< div>",
+        "<1>",
+    ],
+)
+def test_a_fence_after_an_html_block_is_code(block: str) -> None:
+    text = f"Intro [a:1].\n{block}\n```\n{HIDDEN}\n```\nAfter [a:1].\n"
+    got = texts(text)
+    assert not any(HIDDEN in c for c in got), got
+    assert got[-1] == "After [a:1]."
+    assert [s.text for s in fed(text, list(text))] == got
+
+
+def test_html_inside_code_and_headings_inside_html() -> None:
+    # A comment opener in a code block is code: the fence after it closes the block.
+    assert texts(f"```\n<!--\n```\n{HIDDEN}\n") == [HIDDEN]
+    # A heading line inside an HTML block is raw text, not a title.
+    assert texts("<div>\n# Short title\n</div>") == ["<div>\n# Short title\n</div>"]
+
+
 @pytest.mark.parametrize(
     ("text", "claims"),
     [
