@@ -100,7 +100,26 @@ def _add_server_flags(p: argparse.ArgumentParser, *, default_port: int) -> None:
         help="client connections served at once; 503 past it, 0 for no limit "
         "(env CITEWARDEN_LIMIT_CONCURRENCY)",
     )
-    p.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+    p.add_argument(
+        "--log-level",
+        type=_log_level,
+        default=_env("LOG_LEVEL", "info"),
+        help=f"one of {', '.join(LOG_LEVELS)} (env CITEWARDEN_LOG_LEVEL)",
+    )
+
+
+# uvicorn's `trace` is not offered: it logs every ASGI message's scope, request headers and
+# their credentials included.
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def _log_level(value: str) -> str:
+    level = value.strip().lower()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"unknown log level {value!r} (expected one of {', '.join(LOG_LEVELS)})"
+        )
+    return level
 
 
 def _add_upstream_flags(p: argparse.ArgumentParser) -> None:

@@ -200,3 +200,15 @@ def test_upstream_not_up_yet_is_502_then_200() -> None:
         if thread.is_alive():
             thread.join(10)
         sock.close()
+
+
+@pytest.mark.parametrize("level", ["trace", "verbose"])
+def test_an_unknown_log_level_is_a_usage_error_not_a_traceback(level: str) -> None:
+    """`trace` included: uvicorn's trace level logs each request's headers, credentials too."""
+    result = _cli("serve", "--upstream", "http://127.0.0.1:9", "--policy",
+                  str(ROOT / "policies" / "default.yaml"), "--port", str(_free_port()),
+                  "--log-level", level)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        f"unknown log level {level!r} (expected one of critical, error, warning, info, debug)")
