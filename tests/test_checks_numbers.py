@@ -870,3 +870,57 @@ def test_scale_abbreviations_do_not_pass_on_the_plain_number(text: str) -> None:
 )
 def test_scale_abbreviations_match_their_value(text: str, chunk: str) -> None:
     assert _check(text, chunk).status is Status.PASS
+
+
+@pytest.mark.parametrize(
+    ("text", "chunk"),
+    [
+        # HTML character references show as the characters they name: 43, 43, 4½.
+        ("The plant has &#x34;&#x33; reactors", "The plant has 42 reactors."),
+        ("The plant has &#52;&#51; reactors", "The plant has 42 reactors."),
+        ("The plant has 4&#x33; reactors", "The plant has 4 reactors and 3 halls."),
+        ("Output is 4&frac12; GW", "Output is 4 GW."),
+        # Markup between digits renders as nothing: each shows as 43.
+        ("The plant has 4**3** reactors", "Units 4 and 3 were upgraded."),
+        ("The plant has 4*3* reactors", "Units 4 and 3 were upgraded."),
+        ("The plant has 4~~3~~ reactors", "Units 4 and 3 were upgraded."),
+        ("The plant has 4<b>3</b> reactors", "Units 4 and 3 were upgraded."),
+        ("The plant has 4<b></b>3 reactors", "Units 4 and 3 were upgraded."),
+        ("The plant has 4<!-- -->3 reactors", "Units 4 and 3 were upgraded."),
+        ("The plant has 4<!--\n-->3 reactors", "Units 4 and 3 were upgraded."),
+        ("The plant has 4`3` reactors", "Units 4 and 3 were upgraded."),
+        ("The plant has 4<span class='x'>3</span> reactors", "Units 4 and 3 were upgraded."),
+        ("The plant has 4&#x200b;3 reactors", "Units 4 and 3 were upgraded."),
+    ],
+)
+def test_numbers_hidden_by_character_references_or_markup_are_read_as_shown(
+    text: str, chunk: str
+) -> None:
+    assert _check(text, chunk).reason == "number_mismatch"
+
+
+@pytest.mark.parametrize(
+    ("text", "chunk"),
+    [
+        ("The plant has &#x34;&#x32; reactors", "The plant has 42 reactors."),
+        ("Output is 4&frac12; GW", "Output is 4½ GW."),
+        ("Output is 4&frac12; GW", "Output is 4&frac12; GW."),
+        ("The plant has **42** reactors", "The plant has 42 reactors."),
+        # Split or joined, the chunk has each reading.
+        ("The plant has 4**2** reactors", "It has 42 reactors: units 4 and 2."),
+        ("The plant has 4<b>2</b> reactors", "It has 4<b>2</b> reactors, 4 and 2."),
+        # No closing delimiter: no emphasis, a power.
+        ("It holds 1.2 * 10**4 litres", "It holds 12,000 litres."),
+        ("Tom &amp; Jerry own 42 reactors", "Tom and Jerry own 42 reactors."),
+    ],
+)
+def test_numbers_behind_references_or_markup_still_match(text: str, chunk: str) -> None:
+    assert _check(text, chunk).status is Status.PASS
+
+
+def test_a_chunk_is_read_through_its_character_references_and_markup() -> None:
+    # The chunk shows 43: neither 4 nor 3 alone, as the claim's reading must be.
+    assert set(numbers_in("It has &#x34;&#x33; rooms")) == _n(43)
+    assert set(numbers_in("It has 4**3** rooms")) == _n(43, 4, 3)
+    # A "*" that no other closes is no emphasis ("10**4" is a power).
+    assert set(numbers_in("It costs 2*3 units")) == _n(2, 3)

@@ -394,3 +394,34 @@ def test_more_unclosed_openers_are_read_in_linear_time() -> None:
         start = time.perf_counter()
         quotes_in(text)
         assert time.perf_counter() - start < 0.5, text[:8]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Character references show as the quotation marks they name.
+        "It said &quot;growth was weak&quot; [a:1].",
+        "It said &ldquo;growth was weak&rdquo; [a:1].",
+        "It said &#8220;growth was weak&#8221; [a:1].",
+        "It said &#x22;growth was weak&#x22; [a:1].",
+        "It said &laquo;growth was weak&raquo; [a:1].",
+    ],
+)
+def test_a_quotation_written_with_character_references_is_checked(text: str) -> None:
+    assert CHECK.run(claim(text), CTX).reason == "quote_mismatch"
+
+
+@pytest.mark.parametrize(
+    ("text", "chunk"),
+    [
+        ("It said &quot;growth was strong&quot; [s:1].", 'The report says "growth was strong".'),
+        ("It said &ldquo;growth was strong&rdquo; [s:1].", "It says growth was strong."),
+        # A chunk is read through its references too.
+        ('It said "Tom & Jerry sang" [s:1].', "It says Tom &amp; Jerry sang."),
+        ('It said "Tom &amp; Jerry sang" [s:1].', "It says Tom &amp; Jerry sang."),
+    ],
+)
+def test_a_correct_quotation_behind_character_references_passes(text: str, chunk: str) -> None:
+    ctx = ContextSet()
+    ctx.add(Chunk("s:1", chunk))
+    assert CHECK.run(claim(text), ctx).status is Status.PASS

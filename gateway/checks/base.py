@@ -6,6 +6,7 @@ A sync check is pure and local; an async check may call a remote service under a
 from __future__ import annotations
 
 import abc
+import html
 from collections.abc import Sequence
 from decimal import Decimal
 from functools import lru_cache
@@ -29,6 +30,7 @@ __all__ = [
     "ClaimFacts",
     "FactsCheck",
     "SourceText",
+    "as_unescaped",
     "cited_chunks",
     "claim_body",
     "native_document",
@@ -231,6 +233,15 @@ def source_texts(claim: Claim, ctx: ContextSet) -> tuple[list[str], bool]:
 
 _QUOTE_MAP = str.maketrans({"“": '"', "”": '"', "„": '"', "‟": '"', "«": '"', "»": '"',
                             "＂": '"', "‘": "'", "’": "'", "‚": "'", "‛": "'", "\u00a0": " "})
+
+
+def as_unescaped(text: str) -> str | None:
+    """`text` with its HTML character references decoded ("&#x34;&#x33;" is "43", "&quot;" a
+    quotation mark), as CommonMark and every HTML client show it; None when it has none."""
+    if "&" not in text:
+        return None
+    shown = html.unescape(text)
+    return None if shown == text else shown
 
 
 def normalise(text: str) -> str:

@@ -38,7 +38,10 @@ number word, and the text split at it is read too (a renderer may show it or bre
 there); fullwidth forms and the Arabic percent and decimal signs read as ASCII ("４０％",
 "١٢٫٥"); superscript digits at a word's start are digits ("⁴²"), a vulgar fraction ("¾") is
 its two numbers, an enclosed number ("①", "⑳", "㊾", "⓵", "⒈", "⑴") its value, and digits
-under a bidi override must match both as written and as shown.
+under a bidi override must match both as written and as shown. HTML character references
+("&#x34;&#x33;", "4&frac12;") are read both as written and decoded; markup that renders as
+nothing between two digits ("4**3**", "4<b>3</b>", "4<!-- -->3", "4`3`") is read both as
+written (4 and 3) and removed (43).
 
 A bare citation number in brackets ("according to [1]", "[2, 3]", "[^4]") is not a number, in
 any citation format; neither are numbers inside the claim's own citation markers (blanked by
@@ -52,7 +55,7 @@ import unicodedata
 from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal
 from typing import Any
 
-from gateway.checks.base import ClaimFacts, FactsCheck, SourceText
+from gateway.checks.base import ClaimFacts, FactsCheck, SourceText, as_unescaped
 from gateway.types import CheckResult
 
 __all__ = ["NumberMismatch", "Quantity", "numbers_in"]
@@ -307,6 +310,23 @@ def _as_read(text: str) -> str:
     return text
 
 
+# Markup between two digits that renders as nothing, so that "4**3**", "4<b>3</b>",
+# "4<!-- -->3" or "4`3`" shows as 43: an HTML tag or comment (one without "<" inside), or a
+# run of emphasis, strikethrough or code-span delimiters that the same run closes later on the
+# line (unclosed, "10**4", it shows as written). A match is the digit before the markup and
+# the markup; each piece is bounded (possessive runs, a tag or comment ends before the next
+# "<", a closer is looked for up to the next same run), so the search stays linear.
+_MARKUP = re.compile(
+    r"\d(?:<!--[^<]*?-->|</?[A-Za-z][^<>]*>"
+    r"|(?P<delim>\*{1,3}+|~{1,2}+|`{1,3}+)(?=[^\n]*?(?P=delim)))+(?=\d)",
+    re.DOTALL,
+)
+
+
+def _unmarked(m: re.Match[str]) -> str:
+    return m.group()[0]
+
+
 # A currency code written against its amount ("USD42", "EUR1,200") or a fiscal period's prefix
 # against its number ("FY2024", "Q3"): digits after letters are a word's ("A4", "H2O") and
 # not read, so these are set apart from their digits first.
@@ -360,6 +380,10 @@ def numbers_in(text: str, choices: list[Readings] | None = None) -> list[Quantit
     number with several readings (`_Either`) gives the quantities of all of them (a source
     supports each); with `choices` (a claim) it gives none, and its readings are appended to
     `choices` instead: the claim needs one of them whole."""
+    if "&" in text and (shown := as_unescaped(text)) is not None:
+        text = text + "\n" + shown  # a plain-text client shows the references as written
+    if ("*" in text or "<" in text or "`" in text or "~" in text) and _MARKUP.search(text):
+        text = text + "\n" + _MARKUP.sub(_unmarked, text)
     ascii_text = text.isascii()
     if not ascii_text or not text.isprintable():
         text = _as_read(text)

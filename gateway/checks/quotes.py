@@ -6,7 +6,8 @@ LaTeX's ``…'' of at least three words (’ and ' are mostly apostrophes: one a
 character, as in "don’t" or "the workers’", opens no quote). Matching is exact and
 case-sensitive after normalising curly/straight quotes and whitespace; trailing sentence
 punctuation inside the quote is ignored, and an elided quote ("a … b") matches when every
-fragment is in one source.
+fragment is in one source. HTML character references ("&quot;", "&ldquo;", "&#8220;") are
+read both as written and decoded, in the claim and in its sources.
 
 Native citations: the document / search result must exist; `char_location` compares
 `cited_text` with `text[start:end]`, `content_block_location` and `search_result_location`
@@ -20,7 +21,14 @@ from __future__ import annotations
 
 import re
 
-from gateway.checks.base import ClaimFacts, FactsCheck, native_source, normalise
+from gateway.checks.base import (
+    ClaimFacts,
+    FactsCheck,
+    as_unescaped,
+    native_source,
+    normalise,
+    source_text,
+)
 from gateway.types import CheckResult, ContextSet, NativeLocation
 
 __all__ = ["QuoteMismatch", "quotes_in"]
@@ -158,11 +166,19 @@ class QuoteMismatch(FactsCheck):
                 problem = self._native(c.native, ctx)
                 if problem is not None:
                     return problem
-        quotes = quotes_in(facts.body)  # looks only where a quote can open
+        body = facts.body
+        quotes = quotes_in(body)  # looks only where a quote can open
+        if "&" in body and (shown := as_unescaped(body)) is not None:
+            # Character references show as what they name ("&quot;", "&ldquo;"); a plain-text
+            # client shows them as written: the quotes of both readings are checked.
+            quotes = list(dict.fromkeys([*quotes, *quotes_in(shown)]))
         if not quotes:
             return _OK
         indexed, textless = facts.sources()
         sources = [s.normalised for s in indexed]
+        for s in indexed:  # a chunk is read through its references too
+            if "&" in s.text and (shown := as_unescaped(s.text)) is not None:
+                sources.append(source_text(shown).normalised)
         for q in quotes:
             if not _quote_in(q, sources):
                 if textless:

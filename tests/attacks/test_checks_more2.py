@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway.offline import verify_exchange
 
 _RAG_POLICY = """name: more2
@@ -98,3 +100,44 @@ def test_a_native_citation_s_number_in_the_cited_slice_is_released(tmp_path: Pat
 def test_a_native_citation_out_of_the_document_supports_no_number(tmp_path: Path) -> None:
     answer = "The plant has 42 reactors."
     assert _native(tmp_path, answer, _DOCUMENT, 0, 999) != "released"
+
+
+# -- text a reader sees otherwise than it is written --------------------------------------------
+
+# The cited chunk (kb:1) for every case below.
+_CHUNK = (
+    "The plant has 42 reactors. Units 4 and 3 were upgraded. Output is 4 GW. "
+    'The director said "safety comes first" at the opening.'
+)
+
+SHOWN_OTHERWISE: dict[str, str] = {
+    "reference-hex-digits": "The plant has &#x34;&#x33; reactors [kb:1].",
+    "reference-after-digit": "The plant has 4&#x33; reactors [kb:1].",
+    "reference-fraction": "Output is 4&frac12; GW [kb:1].",
+    "reference-quot-misquote": "The director said &quot;safety comes last&quot; [kb:1].",
+    "reference-ldquo-misquote": "The director said &ldquo;safety comes last&rdquo; [kb:1].",
+    "markup-bold": "The plant has 4**3** reactors [kb:1].",
+    "markup-italic": "The plant has 4*3* reactors [kb:1].",
+    "markup-empty-tag": "The plant has 4<b></b>3 reactors [kb:1].",
+    "markup-tag": "The plant has 4<b>3</b> reactors [kb:1].",
+    "markup-comment": "The plant has 4<!-- -->3 reactors [kb:1].",
+    "markup-code-span": "The plant has 4`3` reactors [kb:1].",
+}
+"""Answers whose number or quotation shows otherwise than the check once read it."""
+
+SHOWN_CORRECT: dict[str, str] = {
+    "reference-digits-correct": "The plant has &#x34;&#x32; reactors [kb:1].",
+    "reference-quote-correct": "The director said &quot;safety comes first&quot; [kb:1].",
+    "markup-bold-correct": "The plant has **42** reactors [kb:1].",
+}
+"""The same shapes with correct content."""
+
+
+@pytest.mark.parametrize("name", list(SHOWN_OTHERWISE))
+def test_a_number_or_quote_is_checked_as_shown(tmp_path: Path, name: str) -> None:
+    assert _rag(tmp_path, SHOWN_OTHERWISE[name], _CHUNK) != "released"
+
+
+@pytest.mark.parametrize("name", list(SHOWN_CORRECT))
+def test_a_correct_number_or_quote_shown_so_is_released(tmp_path: Path, name: str) -> None:
+    assert _rag(tmp_path, SHOWN_CORRECT[name], _CHUNK) == "released"
