@@ -924,3 +924,32 @@ def test_a_chunk_is_read_through_its_character_references_and_markup() -> None:
     assert set(numbers_in("It has 4**3** rooms")) == _n(43, 4, 3)
     # A "*" that no other closes is no emphasis ("10**4" is a power).
     assert set(numbers_in("It costs 2*3 units")) == _n(2, 3)
+
+
+_GROUP_SEPARATORS = ["\u00a0", "\u2007", "'", "\u2019", "\u02bc", "\u2009", "\u202f"]
+
+
+@pytest.mark.parametrize(
+    "sep", _GROUP_SEPARATORS, ids=[f"U+{ord(c):04X}" for c in _GROUP_SEPARATORS]
+)
+def test_a_space_or_apostrophe_between_groups_of_three_is_a_thousands_separator(sep: str) -> None:
+    assert set(numbers_in(f"The plant employs 3{sep}200 workers.")) == _n(3200)
+    assert set(numbers_in(f"It cost 1{sep}200{sep}000.50 francs.")) == {
+        (Decimal("1200000.5"), False, "")
+    }
+    # A part of a separated number is no match (the chunk says 3,200)...
+    for part in ("3", "200"):
+        assert _check(f"The plant employs {part} workers", f"It employs 3{sep}200 workers."
+                      ).reason == "number_mismatch"
+    # ...and the number written so matches its value on either side.
+    assert _check(f"The plant employs 3{sep}200 workers", "It employs 3,200 workers."
+                  ).status is Status.PASS
+    assert _check("The plant employs 3,200 workers", f"It employs 3{sep}200 workers."
+                  ).status is Status.PASS
+    # Not a group of three: two numbers.
+    assert set(numbers_in(f"Rooms 3{sep}20 and 5{sep}2000.")) == _n(3, 20, 5, 2000)
+
+
+def test_a_plain_space_between_digit_groups_is_no_thousands_separator() -> None:
+    # "In 2021 500 units": a year and a count as often as 2,021,500.
+    assert set(numbers_in("In 2021 500 units were sold.")) == _n(2021, 500)

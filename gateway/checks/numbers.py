@@ -4,7 +4,9 @@ Numbers are read by value, the same way on both sides (claim and chunk, DESIGN �
 
 * digits, with an optional sign (only at a word start, so "2019-2021" is two positive years;
   a figure dash, small, heavy or modifier minus is a "-"), currency symbol, thousands
-  separators ("1,200", "1 200" with a thin or narrow no-break space), decimals (".5"), leading
+  separators ("1,200"; "1 200" with a thin, narrow no-break, no-break or figure space, and
+  "1'200", "1’200" with an apostrophe, between groups of three; a plain space is none: "In
+  2021 500 units" is two numbers), decimals (".5"), leading
   zeros ("007" == 7); digits after a comma that are not a thousands group are a number of their
   own ("2021,2023"), and one or two of them after a plain number may be its decimals: "9,99"
   is 9 and 99, or 9.99 (a decimal comma). A number read several ways is an alternative: a
@@ -114,8 +116,8 @@ _POWER = (  # the lookahead fails quickly after the usual number
 _NUMBER_PATTERN = (
     # The separated form only where a separator is near (a lookahead is cheaper than
     # trying that alternative's repeats on every number).
-    r"(?P<num>\d{pre}(?:(?=\d{{0,2}}[,\u2009\u202f])\d{{0,2}}"
-    r"(?:(?:,\d{{3}})+|(?:[\u2009\u202f]\d{{3}})+)(?:\.\d+)?"
+    r"(?P<num>\d{pre}(?:(?=\d{{0,2}}[,\u2009\u202f\u00a0\u2007'\u2019\u02bc])\d{{0,2}}"
+    r"(?:(?:,\d{{3}})+|(?:[\u2009\u202f\u00a0\u2007'\u2019\u02bc]\d{{3}})+)(?:\.\d+)?"
     # Two or more "." groups of three are thousands ("40.000.000"; `_digits` reads one).
     r"|(?=\d{{0,2}}\.\d{{3}}\.\d{{3}})\d{{0,2}}(?:\.\d{{3}})+"
     r"|\d*(?:\.\d+)?))"
@@ -136,6 +138,10 @@ _FAST = re.compile(
     re.DOTALL,
 )
 _FAST_ASCII = re.compile(_FAST.pattern.replace(r"\d", "[0-9]"), re.DOTALL)
+# Thousands separators, dropped from a number's digits: the comma, and between groups of
+# three the thin, narrow no-break, no-break and figure spaces and the apostrophes ("3 200",
+# "3'200", "3’200"). A plain space is none: "In 2021 500 units" is a year and a count.
+_UNGROUPED = str.maketrans(dict.fromkeys(",\u2009\u202f\u00a0\u2007'\u2019\u02bc"))
 _SIGNS_NEAR = re.compile(r"[-−–]")
 _CURRENCY = "$€£¥"
 _SIGNS = "-−–"
@@ -226,18 +232,19 @@ _ODD = re.compile(r"[^\w\s\x20-\x7e]+|[\u115f\u1160\u3164\uffa0]+")
 _UNSEEN_CATEGORIES = frozenset({"Cf", "Mn", "Me", "Cc"})
 _FILLERS = frozenset("\u115f\u1160\u3164\uffa0")
 # Characters read as the ASCII they stand for: the hyphens a number word may be written with
-# ("forty\u2011two"), the dashes written as a minus sign (a figure dash, the small and heavy
-# minus, the modifier minus: "\u201240" is -40, as "-40" and "\u221240" are), fullwidth forms of
-# ASCII ("４２％", "３．５") and the Arabic percent, decimal and thousands signs ("٪", "٫", "٬").
+# ("forty\u2011two"), the modifier apostrophe (a letter: "3\u02bc200" is "3'200"), the dashes
+# written as a minus sign (a figure dash, the small and heavy minus, the modifier minus:
+# "\u201240" is -40, as "-40" and "\u221240" are), fullwidth forms of ASCII ("４２％", "３．５")
+# and the Arabic percent, decimal and thousands signs ("٪", "٫", "٬").
 _MINUSES = "\u2012\ufe63\u2796\u02d7"
 _AS_ASCII = str.maketrans(
     {
         **{chr(0xFF01 + i): chr(0x21 + i) for i in range(94)},
-        **{"\u2010": "-", "\u2011": "-", "٪": "%", "﹪": "%", "٫": ".", "٬": ","},
+        **{"\u2010": "-", "\u2011": "-", "٪": "%", "﹪": "%", "٫": ".", "٬": ",", "\u02bc": "'"},
         **dict.fromkeys(_MINUSES, "-"),
     }
 )
-_AS_ASCII_CHARS = re.compile(f"[\u2010\u2011\uff01-\uff5e٪﹪٫٬{_MINUSES}]")
+_AS_ASCII_CHARS = re.compile(f"[\u2010\u2011\uff01-\uff5e٪﹪٫٬\u02bc{_MINUSES}]")
 # A bidi override shows the characters after it in reverse ("\u202e24" shows as "42"), up to
 # its pop (U+202C) or the paragraph's end.
 _OVERRIDDEN = re.compile("[\u202d\u202e][^\u202c\n\r\u2029]*")
@@ -681,7 +688,7 @@ def _digits(g: tuple[str | Any, ...], money: bool = False) -> tuple[Quantity, ..
                 (_finish(Decimal(num), scale, pct, unit, money),
                  _finish(whole, scale, pct, unit, money))
             )
-    value = Decimal(num.replace(",", "").replace("\u2009", "").replace("\u202f", ""))
+    value = Decimal(num if num.isdecimal() else num.translate(_UNGROUPED))
     if exp is not None or pw is not None:  # m e p, m × 10^p
         value = value.scaleb(int(_signed(exp or pw or "")), _EXACT)
     elif sup is not None:  # m × 10 with a superscript power

@@ -141,3 +141,31 @@ def test_a_number_or_quote_is_checked_as_shown(tmp_path: Path, name: str) -> Non
 @pytest.mark.parametrize("name", list(SHOWN_CORRECT))
 def test_a_correct_number_or_quote_shown_so_is_released(tmp_path: Path, name: str) -> None:
     assert _rag(tmp_path, SHOWN_CORRECT[name], _CHUNK) == "released"
+
+
+# -- thousands separators other than the comma ---------------------------------------------------
+
+_SEPARATED = {
+    "no-break-space": "The plant employs 3\u00a0200 workers.",
+    "figure-space": "The plant employs 3\u2007200 workers.",
+    "apostrophe": "The plant employs 3'200 workers.",
+    "right-single-quote": "The plant employs 3\u2019200 workers.",
+}
+
+
+@pytest.mark.parametrize("part", ["200", "3"])
+@pytest.mark.parametrize("name", list(_SEPARATED))
+def test_a_part_of_a_number_with_thousands_separators_is_no_match(
+    tmp_path: Path, name: str, part: str
+) -> None:
+    answer = f"The plant employs {part} workers [kb:1]."
+    assert _rag(tmp_path, answer, _SEPARATED[name]) != "released"
+
+
+@pytest.mark.parametrize("name", list(_SEPARATED))
+def test_a_number_with_thousands_separators_matches_its_value(tmp_path: Path, name: str) -> None:
+    assert _rag(tmp_path, "The plant employs 3,200 workers [kb:1].", _SEPARATED[name]) == (
+        "released"
+    )
+    claim = _SEPARATED[name].replace(" workers.", " workers [kb:1].")
+    assert _rag(tmp_path, claim, "The plant employs 3,200 workers.") == "released"
