@@ -128,7 +128,8 @@ def test_mixed_pairs_are_quotes() -> None:
 def test_unclosed_openers_are_read_in_linear_time() -> None:
     import time
 
-    for text in ["“a" * 20000, "“a\n" * 20000, "'a " * 20000, "«a" * 20000, "„a\n" * 20000]:
+    for text in ["“a" * 20000, "“a\n" * 20000, "'a " * 20000, "«a" * 20000, "„a\n" * 20000,
+                 "<q>a" * 20000, "<q a" * 20000, "「a" * 20000, "a\u2800" * 20000]:
         start = time.perf_counter()
         quotes_in(text)
         assert time.perf_counter() - start < 0.5, text[:8]
@@ -425,3 +426,44 @@ def test_a_correct_quotation_behind_character_references_passes(text: str, chunk
     ctx = ContextSet()
     ctx.add(Chunk("s:1", chunk))
     assert CHECK.run(claim(text), ctx).status is Status.PASS
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "It said \u300cgrowth was weak\u300d [a:1].",  # 「…」
+        "It said \u300egrowth was weak\u300f [a:1].",  # 『…』
+        "It said \u275dgrowth was weak\u275e [a:1].",  # ❝…❞
+        "It said <q>growth was weak</q> [a:1].",
+        "It said <q cite='x'>growth was weak</Q> [a:1].",
+        "It said <Q>growth was weak</Q> [a:1].",
+        # Blank-looking characters between the words: a three-word quotation.
+        'It said "growth\u2800was\u2800weak" [a:1].',
+        'It said "growth\u3164was\u3164weak" [a:1].',
+        'It said "growth\u115fwas\u1160weak" [a:1].',
+        'It said "growth\uffa0was\uffa0weak" [a:1].',
+        "It said \u2018growth\u2800was\u2800weak\u2019 [a:1].",
+    ],
+)
+def test_a_quotation_in_other_marks_or_with_blank_looking_spaces_is_checked(text: str) -> None:
+    assert CHECK.run(claim(text), CTX).reason == "quote_mismatch"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "It said \u300cgrowth was strong\u300d [a:1].",
+        "It said \u300egrowth was strong\u300f [a:1].",
+        "It said \u275dgrowth was strong\u275e [a:1].",
+        "It said <q>growth was strong</q> [a:1].",
+        'It said "growth\u2800was\u3164strong" [a:1].',
+    ],
+)
+def test_a_correct_quotation_in_other_marks_or_with_blank_looking_spaces_passes(
+    text: str,
+) -> None:
+    assert CHECK.run(claim(text), CTX).status is Status.PASS
+
+
+def test_blank_looking_characters_normalise_to_a_space() -> None:
+    assert normalise("a\u2800b\u3164c\u115fd\u1160e\uffa0f") == "a b c d e f"

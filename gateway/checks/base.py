@@ -24,6 +24,7 @@ from gateway.types import (
 )
 
 __all__ = [
+    "BLANKS",
     "AnyCheck",
     "AsyncCheck",
     "Check",
@@ -231,8 +232,12 @@ def source_texts(claim: Claim, ctx: ContextSet) -> tuple[list[str], bool]:
     return texts, textless
 
 
+# Characters shown as a blank that are no whitespace to `str.split`: the braille blank and the
+# Hangul fillers.
+BLANKS = "\u2800\u3164\u115f\u1160\uffa0"
 _QUOTE_MAP = str.maketrans({"“": '"', "”": '"', "„": '"', "‟": '"', "«": '"', "»": '"',
-                            "＂": '"', "‘": "'", "’": "'", "‚": "'", "‛": "'", "\u00a0": " "})
+                            "＂": '"', "‘": "'", "’": "'", "‚": "'", "‛": "'", "\u00a0": " ",
+                            **dict.fromkeys(BLANKS, " ")})
 
 
 def as_unescaped(text: str) -> str | None:
@@ -245,7 +250,8 @@ def as_unescaped(text: str) -> str | None:
 
 
 def normalise(text: str) -> str:
-    """Curly quotes to straight ones, whitespace runs to one space, ends stripped."""
+    """Curly quotes to straight ones, whitespace runs (and the blank-looking `BLANKS`) to one
+    space, ends stripped."""
     # `str.split()` splits at exactly the characters `\s` matches (`str.isspace`), and every
     # character `_QUOTE_MAP` changes is outside ASCII.
     if not text.isascii():

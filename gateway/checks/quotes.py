@@ -1,13 +1,14 @@
 """quote_mismatch: quoted text in a claim, and native `cited_text`, must be in the cited source.
 
-Quotes checked: straight double quotes, “…”, «…», »…«, „…“ (or „…”) and fullwidth ＂…＂ of at
-least two words; ‘…’, straight single quotes, ’…’ (Swedish), ‚…‘ (German), ‹…› and ›…‹ and
-LaTeX's ``…'' of at least three words (’ and ' are mostly apostrophes: one after a word
-character, as in "don’t" or "the workers’", opens no quote). Matching is exact and
-case-sensitive after normalising curly/straight quotes and whitespace; trailing sentence
-punctuation inside the quote is ignored, and an elided quote ("a … b") matches when every
-fragment is in one source. HTML character references ("&quot;", "&ldquo;", "&#8220;") are
-read both as written and decoded, in the claim and in its sources.
+Quotes checked: straight double quotes, “…”, «…», »…«, „…“ (or „…”), fullwidth ＂…＂, the corner
+brackets 「…」 and 『…』, ❝…❞ and HTML's <q>…</q> of at least two words (characters shown as a
+blank, `BLANKS`, separate words as spaces do); ‘…’, straight single quotes, ’…’ (Swedish), ‚…‘
+(German), ‹…› and ›…‹ and LaTeX's ``…'' of at least three words (’ and ' are mostly
+apostrophes: one after a word character, as in "don’t" or "the workers’", opens no quote).
+Matching is exact and case-sensitive after normalising curly/straight quotes and whitespace;
+trailing sentence punctuation inside the quote is ignored, and an elided quote ("a … b")
+matches when every fragment is in one source. HTML character references ("&quot;", "&ldquo;",
+"&#8220;") are read both as written and decoded, in the claim and in its sources.
 
 Native citations: the document / search result must exist; `char_location` compares
 `cited_text` with `text[start:end]`, `content_block_location` and `search_result_location`
@@ -69,7 +70,7 @@ def _patterns(lines: bool) -> tuple[re.Pattern[str], ...]:
     # one ("“a“a“a…" is read in linear time).
     double = re.compile(
         f'"({i(chr(34))}+)"|“({i("“”")}+)”|«({i("«»")}+)»|„({i("„“”")}+)[“”]|»({i("»«")}+)«'
-        f"|＂({i('＂')}+)＂"
+        f"|＂({i('＂')}+)＂|「({i('「」')}+)」|『({i('『』')}+)』|❝({i('❝❞')}+)❞"
     )
     mixed = re.compile(f"[{_MARKS}]({i(_MARKS)}+)[{_MARKS}]")
     straight = re.compile(f'"({i(chr(34))}+)"')
@@ -88,7 +89,10 @@ _DOUBLE, _MIXED, _STRAIGHT, _SINGLE, _APOSTROPHE, *_OTHERS = _patterns(False)
 _SWEDISH, _GUILLEMETS, _GERMAN, _LATEX = _OTHERS
 _SWEDISH_LINES, _GUILLEMETS_LINES, _GERMAN_LINES, _LATEX_LINES = _OTHERS_LINES
 # The characters that open a quote other than the straight one.
-_OPENERS = re.compile(f"[{_MARKS[1:]}]")
+_OPENERS = re.compile(f"[{_MARKS[1:]}「『❝]")
+# HTML's inline quotation, <q>…</q> (any case, with attributes). It holds no other <q> tag:
+# each opener's search stops at the next one.
+_Q_TAG = re.compile(r"<[qQ](?:\s[^<>]*)?>((?:[^<]|<(?!/?[qQ][\s>]))+)</[qQ]>")
 _ELLIPSIS = re.compile(r"\s*(?:\.\.\.|…|\[\.\.\.\]|\[…\])\s*")
 _TRAIL = ".,;:!?"
 
@@ -110,6 +114,8 @@ def quotes_in(text: str) -> list[str]:
         _keep(_STRAIGHT.findall(text), 2, found)
         if lines:
             _keep(_STRAIGHT_LINES.findall(text), 2, found)
+    if "<q" in text or "<Q" in text:
+        _keep(_Q_TAG.findall(text), 2, found)
     if "‘" in text:
         _keep(_SINGLE.findall(text), 3, found)
         if lines:
@@ -140,8 +146,9 @@ def quotes_in(text: str) -> list[str]:
 def _keep(quoted: list[str], words: int, found: list[str]) -> None:
     """Append the normalised quotes of at least `words` words, trailing punctuation dropped."""
     for q in quoted:
-        if len(q.split()) >= words:
-            n = normalise(q).rstrip(_TRAIL).strip()
+        n = normalise(q)  # the words `BLANKS` separate count too
+        if n.count(" ") + 1 >= words:
+            n = n.rstrip(_TRAIL).strip()
             if n:
                 found.append(n)
 

@@ -122,6 +122,12 @@ SHOWN_OTHERWISE: dict[str, str] = {
     "markup-tag": "The plant has 4<b>3</b> reactors [kb:1].",
     "markup-comment": "The plant has 4<!-- -->3 reactors [kb:1].",
     "markup-code-span": "The plant has 4`3` reactors [kb:1].",
+    "quote-corner-brackets": "The director said \u300csafety comes last\u300d [kb:1].",
+    "quote-white-corner-brackets": "The director said \u300esafety comes last\u300f [kb:1].",
+    "quote-ornamental": "The director said \u275dsafety comes last\u275e [kb:1].",
+    "quote-q-tag": "The director said <q>safety comes last</q> [kb:1].",
+    "quote-braille-blanks": 'The director said "safety\u2800comes\u2800last" [kb:1].',
+    "quote-hangul-fillers": 'The director said "safety\u3164comes\u3164last" [kb:1].',
 }
 """Answers whose number or quotation shows otherwise than the check once read it."""
 
@@ -129,6 +135,9 @@ SHOWN_CORRECT: dict[str, str] = {
     "reference-digits-correct": "The plant has &#x34;&#x32; reactors [kb:1].",
     "reference-quote-correct": "The director said &quot;safety comes first&quot; [kb:1].",
     "markup-bold-correct": "The plant has **42** reactors [kb:1].",
+    "quote-corner-brackets-correct": "The director said \u300csafety comes first\u300d [kb:1].",
+    "quote-q-tag-correct": "The director said <q>safety comes first</q> [kb:1].",
+    "quote-braille-blanks-correct": 'The director said "safety\u2800comes\u2800first" [kb:1].',
 }
 """The same shapes with correct content."""
 
