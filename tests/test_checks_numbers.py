@@ -953,3 +953,57 @@ def test_a_space_or_apostrophe_between_groups_of_three_is_a_thousands_separator(
 def test_a_plain_space_between_digit_groups_is_no_thousands_separator() -> None:
     # "In 2021 500 units": a year and a count as often as 2,021,500.
     assert set(numbers_in("In 2021 500 units were sold.")) == _n(2021, 500)
+
+
+@pytest.mark.parametrize(
+    ("text", "chunk"),
+    [
+        # Each shows as a number the chunk does not have.
+        ("Output is 4\ua4f83 GW", "Output is 4 GW and 3 GW."),  # Lisu ꓸ looks like "."
+        ("It has 4\ua4f9300 rooms", "It has 4 rooms and 300 halls."),  # Lisu ꓹ looks like ","
+        ("It has 4\u041e rooms", "It has 4 rooms."),  # Cyrillic О: 40
+        ("It has 4\u0417 rooms", "It has 4 rooms."),  # Cyrillic З: 43
+        ("It has 4O rooms", "It has 4 rooms."),  # Latin O: 40
+        ("It has 4\u039f rooms", "It has 4 rooms."),  # Greek Ο: 40
+        ("It has \u2084\u2083 rooms", "It has 42 rooms."),  # subscript digits
+        ("It has \u216b rooms", "It has 42 rooms."),  # Ⅻ: 12
+        ("It has \u2167 rooms", "It has 7 rooms."),  # Ⅷ: 8
+        ("It has f\u043erty-three rooms", "It has 42 rooms."),  # Cyrillic о in "forty"
+        ("It has \u0430 dozen rooms", "It has 42 rooms."),  # Cyrillic а in "a dozen"
+        ("It has t\u0435n rooms", "It has 42 rooms."),  # Cyrillic е in "ten"
+        ("It has f\u03bfrty rooms", "It has 42 rooms."),  # Greek ο in "forty"
+        ("It has fourty-three rooms", "It has 42 rooms."),  # a common misspelling
+    ],
+)
+def test_numbers_written_with_look_alikes_or_number_characters_are_read(
+    text: str, chunk: str
+) -> None:
+    assert _check(text, chunk).reason == "number_mismatch"
+
+
+@pytest.mark.parametrize(
+    ("text", "chunk"),
+    [
+        ("It has \u2084\u2082 rooms", "It has 42 rooms."),
+        ("It has \u216b rooms", "It has 12 rooms."),
+        ("It has f\u043erty-two rooms", "It has 42 rooms."),
+        ("It has fourty rooms", "It has 40 rooms."),
+        # Read both ways: the chunk has both readings.
+        ("Output is 4\ua4f83 GW", "Output is 4.3 GW, from units 4 and 3."),
+        ("It has 4\u041e rooms", "It has 40 rooms, 4 of them large."),
+        # Formulas: digits against letters are a word's, as written and as read.
+        ("It emits CO\u2082 and H\u2082O", "It emits gases."),
+        ("It emits CO2 and H2O", "It emits gases."),
+        ("It has 42 rooms in \u041c\u043e\u0441\u043a\u0432\u0430", "It has 42 rooms."),
+    ],
+)
+def test_numbers_written_with_look_alikes_match_every_reading(text: str, chunk: str) -> None:
+    assert _check(text, chunk).status is Status.PASS
+
+
+def test_a_chunk_is_read_through_look_alikes_and_number_characters() -> None:
+    assert set(numbers_in("It has \u2084\u2083 rooms")) == _n(43)
+    assert set(numbers_in("Chapter \u216b and \u2180")) == _n(12, 1000)
+    assert set(numbers_in("It has f\u043erty rooms")) == _n(40)
+    # A character with no numeric value in the range is no number (and no crash).
+    assert numbers_in("It has \u2183 rooms") == []

@@ -43,7 +43,11 @@ its two numbers, an enclosed number ("①", "⑳", "㊾", "⓵", "⒈", "⑴") i
 under a bidi override must match both as written and as shown. HTML character references
 ("&#x34;&#x33;", "4&frac12;") are read both as written and decoded; markup that renders as
 nothing between two digits ("4**3**", "4<b>3</b>", "4<!-- -->3", "4`3`") is read both as
-written (4 and 3) and removed (43).
+written (4 and 3) and removed (43). Subscript digits are digits ("₄₂"; "CO₂" is a word's), a
+Roman numeral character its value ("Ⅻ" 12), "fourty" is forty, a number word written with
+Cyrillic or Greek look-alike letters ("f\u043erty") the Latin word, and a look-alike of a digit
+or separator next to digits ("4\u041e", "4\u0417", Lisu "4\ua4f83") is read both as written
+and as the digit or separator it looks like (a small explicit table, `_AS_LATIN`, `_AS_DIGITS`).
 
 A bare citation number in brackets ("according to [1]", "[2, 3]", "[^4]") is not a number, in
 any citation format; neither are numbers inside the claim's own citation markers (blanked by
@@ -178,6 +182,7 @@ _SMALL = {
     "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18,
     "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60,
     "seventy": 70, "eighty": 80, "ninety": 90,
+    "fourty": 40,  # a common misspelling, read as what its writer meant
 }
 _WORD_SCALES = {"hundred": 100, "dozen": 12, "thousand": 10**3, "million": 10**6,
                 "billion": 10**9, "trillion": 10**12}
@@ -235,16 +240,18 @@ _FILLERS = frozenset("\u115f\u1160\u3164\uffa0")
 # ("forty\u2011two"), the modifier apostrophe (a letter: "3\u02bc200" is "3'200"), the dashes
 # written as a minus sign (a figure dash, the small and heavy minus, the modifier minus:
 # "\u201240" is -40, as "-40" and "\u221240" are), fullwidth forms of ASCII ("４２％", "３．５")
-# and the Arabic percent, decimal and thousands signs ("٪", "٫", "٬").
+# and the Arabic percent, decimal and thousands signs ("٪", "٫", "٬"), subscript digits ("₄₂";
+# after a letter, "CO₂", they are a word's, as "CO2" is).
 _MINUSES = "\u2012\ufe63\u2796\u02d7"
 _AS_ASCII = str.maketrans(
     {
         **{chr(0xFF01 + i): chr(0x21 + i) for i in range(94)},
         **{"\u2010": "-", "\u2011": "-", "٪": "%", "﹪": "%", "٫": ".", "٬": ",", "\u02bc": "'"},
+        **{chr(0x2080 + i): str(i) for i in range(10)}, "\u208a": "+", "\u208b": "-",
         **dict.fromkeys(_MINUSES, "-"),
     }
 )
-_AS_ASCII_CHARS = re.compile(f"[\u2010\u2011\uff01-\uff5e٪﹪٫٬\u02bc{_MINUSES}]")
+_AS_ASCII_CHARS = re.compile(f"[\u2010\u2011\uff01-\uff5e٪﹪٫٬\u02bc\u2080-\u208b{_MINUSES}]")
 # A bidi override shows the characters after it in reverse ("\u202e24" shows as "42"), up to
 # its pop (U+202C) or the paragraph's end.
 _OVERRIDDEN = re.compile("[\u202d\u202e][^\u202c\n\r\u2029]*")
@@ -257,11 +264,60 @@ _FRACTIONS = "¼½¾⅐⅑⅒⅓⅔⅕⅖⅗⅘⅙⅚⅛⅜⅝⅞↉"
 _FRACTION = re.compile(f"[{_FRACTIONS}]")
 # Enclosed numbers, read as their value ("①" 1, "⑳" 20, "㊾" 49, "⓵" 1, "⒈" 1, "⑴" 1, "❿" 10):
 # circled, parenthesized, with a full stop, double and negative circled, dingbat circled and
-# the digit-with-comma forms. Not the enclosed letters (U+249C-U+24E9).
+# the digit-with-comma forms; and the Roman numeral characters ("Ⅻ" 12, "ↀ" 1000; not the
+# reversed C, U+2183-U+2184, which has no value). Not the enclosed letters (U+249C-U+24E9).
 _ENCLOSED = re.compile(
     "[\u2460-\u249b\u24ea-\u24ff\u2776-\u2793\u3251-\u325f\u32b1-\u32bf"
-    "\U0001f100-\U0001f10c]"
+    "\U0001f100-\U0001f10c\u2160-\u2182\u2185-\u2188]"
 )
+
+
+# Look-alikes, a small explicit table (not a confusables library). Cyrillic and Greek letters
+# that look like Latin ones, so that "f\u043erty" (a Cyrillic о) reads as "forty"...
+_AS_LATIN = str.maketrans(
+    dict(
+        zip(
+            # Cyrillic small, Cyrillic capital, Greek small, Greek capital.
+            "\u0430\u0435\u0456\u0458\u043e\u0440\u0441\u0443\u0445\u0455\u0501\u051b"
+            "\u051d\u04bb\u04cf"
+            "\u0410\u0412\u0415\u0406\u0408\u041a\u041c\u041d\u041e\u0420\u0421\u0422"
+            "\u0423\u0425\u0405"
+            "\u03b1\u03bf\u03bd\u03b9\u03ba\u03c1\u03c5"
+            "\u0391\u0392\u0395\u0396\u0397\u0399\u039a\u039c\u039d\u039f\u03a1\u03a4"
+            "\u03a5\u03a7",
+            "aeijopcyxsdqwhlABEIJKMHOPCTYXSaovikpuABEZHIKMNOPTYX",
+            strict=True,
+        )
+    )
+)
+_LOOK_LATIN = re.compile("[" + "".join(map(chr, _AS_LATIN)) + "]")
+# ...and characters that look like digits or separators next to digits: the Latin, Cyrillic
+# and Greek capital O and the Cyrillic small о as 0, the Cyrillic З as 3, the Lisu ꓸ and ꓹ as
+# "." and ",". Next to a digit, such a character is read both as written and as the look-alike
+# ("4\u041e" needs 4 and 40 in a source).
+_AS_DIGITS = str.maketrans("O\u041e\u043e\u039f\u0417\ua4f8\ua4f9", "00003.,")
+_DIGIT_LIKE = re.compile(
+    "\\d[O\u041e\u043e\u039f\u0417\ua4f8\ua4f9]+|[O\u041e\u043e\u039f\u0417]+(?=\\d)"
+)
+_LATIN_O = re.compile(r"O(?:(?<=\dO)|(?=\d))")  # `_DIGIT_LIKE` in ASCII text, quicker
+
+
+def _look_alikes(text: str) -> str:
+    """`text` with its readings through look-alikes appended: the number words of Cyrillic or
+    Greek look-alike letters as the Latin words (`_AS_LATIN`), and look-alike digits and
+    separators next to digits as what they look like (`_AS_DIGITS`). Every number of every
+    reading must then be in a source (a claim), or any supports one (a source)."""
+    if not text.isascii() and _LOOK_LATIN.search(text) is not None:
+        latin = text.translate(_AS_LATIN)
+        if latin != text:
+            text = text + "\n" + latin
+    if _DIGIT_LIKE.search(text) is None:
+        return text
+    return text + "\n" + _DIGIT_LIKE.sub(_as_digits, text)
+
+
+def _as_digits(m: re.Match[str]) -> str:
+    return m.group().translate(_AS_DIGITS)
 
 
 def _enclosed(m: re.Match[str]) -> str:
@@ -294,6 +350,7 @@ def _as_read(text: str) -> str:
         if _ODD.search(text) is None:
             return text
         return _ODD.sub("", text) + "\n" + _ODD.sub(" ", text)
+    text = _look_alikes(text)
     overridden = [m.group() for m in _OVERRIDDEN.finditer(text)]
     if _ODD.search(text) is not None:
         # A renderer may show such a character (a box), or break the line at it (a soft
@@ -392,6 +449,8 @@ def numbers_in(text: str, choices: list[Readings] | None = None) -> list[Quantit
     if ("*" in text or "<" in text or "`" in text or "~" in text) and _MARKUP.search(text):
         text = text + "\n" + _MARKUP.sub(_unmarked, text)
     ascii_text = text.isascii()
+    if ascii_text and "O" in text and _LATIN_O.search(text) is not None:
+        text = _look_alikes(text)  # "4O" may show as 40
     if not ascii_text or not text.isprintable():
         text = _as_read(text)
         ascii_text = text.isascii()

@@ -1,7 +1,8 @@
 """Numbers and quotations a reader sees but the checks once read otherwise, run through the real
 `citewarden verify` (the proxy's code path, offline): a native citation's own `cited_text`
 taken as its source, HTML character references, markup between digits, no-break-space and
-apostrophe thousands separators, unrecognised quotation marks and number forms read as text.
+apostrophe thousands separators, unrecognised quotation marks, and number forms read as text
+(look-alike letters and digits, subscripts, Roman numeral characters, a misspelt number word).
 Each answer below must not be released; positive controls with correct content must be."""
 
 from __future__ import annotations
@@ -128,6 +129,14 @@ SHOWN_OTHERWISE: dict[str, str] = {
     "quote-q-tag": "The director said <q>safety comes last</q> [kb:1].",
     "quote-braille-blanks": 'The director said "safety\u2800comes\u2800last" [kb:1].',
     "quote-hangul-fillers": 'The director said "safety\u3164comes\u3164last" [kb:1].',
+    "lisu-dot": "Output is 4\ua4f83 GW [kb:1].",
+    "lisu-comma": "The plant has 4\ua4f9300 reactors [kb:1].",
+    "cyrillic-O-as-zero": "The plant has 4\u041e reactors [kb:1].",
+    "cyrillic-Ze-as-three": "The plant has 4\u0417 reactors [kb:1].",
+    "subscript-digits": "The plant has \u2084\u2083 reactors [kb:1].",
+    "roman-numeral": "The plant has \u216b reactors [kb:1].",
+    "homoglyph-number-word": "The plant has f\u043erty-three reactors [kb:1].",
+    "misspelt-number-word": "The plant has fourty-three reactors [kb:1].",
 }
 """Answers whose number or quotation shows otherwise than the check once read it."""
 
@@ -138,6 +147,9 @@ SHOWN_CORRECT: dict[str, str] = {
     "quote-corner-brackets-correct": "The director said \u300csafety comes first\u300d [kb:1].",
     "quote-q-tag-correct": "The director said <q>safety comes first</q> [kb:1].",
     "quote-braille-blanks-correct": 'The director said "safety\u2800comes\u2800first" [kb:1].',
+    "subscript-digits-correct": "The plant has \u2084\u2082 reactors [kb:1].",
+    "homoglyph-number-word-correct": "The plant has f\u043erty-two reactors [kb:1].",
+    "misspelt-number-word-correct": "The plant has fourty-two reactors [kb:1].",
 }
 """The same shapes with correct content."""
 
