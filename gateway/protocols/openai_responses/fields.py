@@ -12,13 +12,17 @@ from gateway.protocols.fields import is_opaque
 
 __all__ = [
     "ANNOTATION_KEYS",
+    "ANNOTATION_SHAPES",
+    "BLANKED",
     "ECHOES",
     "ITEM_KEYS",
     "PART_KEYS",
     "RESULT_KEYS",
     "RESULT_SHAPES",
     "TOP_KEYS",
+    "annotation_field_ok",
     "attribute_ok",
+    "clean_annotation",
     "shape_ok",
 ]
 
@@ -29,10 +33,22 @@ _FILENAME = re.compile(
     r"[^\s\x00-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069/\\\[\]]{1,255}"
 )
 _URL = re.compile(r"https?://[^\s\x00-\x1f\x7f]{1,2048}")
+# An id the provider made and nobody checks (a container's, a generated file's): a short
+# prefix, one separator and letters and digits (`cntr_682e…`, `cfile_682e…`, `file-2dtb…`),
+# so no sentence fits in it, only a bounded run of letters.
+_PROVIDER_ID = re.compile(r"[A-Za-z]{1,16}[-_][A-Za-z0-9]{1,128}")
 
 
 def _token(v: object) -> bool:
     return isinstance(v, str) and _TOKEN.fullmatch(v) is not None
+
+
+def _provider_id(v: object) -> bool:
+    return isinstance(v, str) and _PROVIDER_ID.fullmatch(v) is not None
+
+
+def _offset(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def _opt_token(v: object) -> bool:
@@ -203,15 +219,59 @@ ANNOTATION_KEYS: dict[str, frozenset[str]] = {
     ),
     "file_path": frozenset({"type", "file_id", "index"}),
 }
+# The shape of each annotation field. `url` (url_citation) and `file_id` (file_citation,
+# container_file_citation) name the chunk a claim cites: they are checked against the context,
+# and one of another shape makes the citation malformed. `title` is web page text: blanked
+# unless allow-listed, like a `filename` not shaped like one.
 ANNOTATION_SHAPES: dict[str, Callable[[object], bool]] = {
+    "type": lambda v: isinstance(v, str) and v in ANNOTATION_KEYS,
     "url": lambda v: isinstance(v, str) and _URL.fullmatch(v) is not None,
     "file_id": _token,
-    "container_id": _token,
+    "container_id": _provider_id,
     "filename": lambda v: isinstance(v, str) and _FILENAME.fullmatch(v) is not None,
-    "index": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-    "start_index": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-    "end_index": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    "title": lambda v: isinstance(v, str),
+    "index": _offset,
+    "start_index": _offset,
+    "end_index": _offset,
 }
+# Where a field means something else in one annotation type: a `file_path` names a file the
+# answer produced, it cites nothing, so nothing checks its id against the context.
+_ANNOTATION_TYPE_SHAPES: dict[tuple[str, str], Callable[[object], bool]] = {
+    ("file_path", "file_id"): _provider_id,
+}
+# Fields whose words never go out unless allow-listed: blanked, the annotation keeps its shape.
+BLANKED = frozenset({"title", "filename"})
+
+
+def annotation_field_ok(atype: str, key: str, value: object) -> bool:
+    """Whether field `key` of an annotation of type `atype` has its expected shape (`title`:
+    any string, though it goes out only when allow-listed)."""
+    check = _ANNOTATION_TYPE_SHAPES.get((atype, key)) or ANNOTATION_SHAPES.get(key)
+    return check is not None and check(value)
+
+
+def clean_annotation(raw: object, keep_title: bool = False) -> dict[str, object] | None:
+    """An annotation as it may go out: its known fields only, its `title` blanked unless
+    `keep_title` and a `filename` of another shape blanked; None when its type is unknown or
+    an id, URL or offset has another shape (it could carry text nobody verifies)."""
+    if not isinstance(raw, Mapping):
+        return None
+    atype = raw.get("type")
+    if not isinstance(atype, str) or atype not in ANNOTATION_KEYS:
+        return None
+    known = ANNOTATION_KEYS[atype]
+    out: dict[str, object] = {}
+    for key, value in raw.items():
+        if key not in known:
+            continue
+        if key in BLANKED:
+            kept = annotation_field_ok(atype, key, value) and (key != "title" or keep_title)
+            out[key] = value if kept else ""
+        elif annotation_field_ok(atype, key, value):
+            out[key] = value
+        else:
+            return None
+    return out
 
 
 def attribute_ok(key: str, value: object) -> bool:

@@ -18,6 +18,7 @@ from gateway.protocols.openai_responses.context import client_request
 from gateway.protocols.openai_responses.fields import (
     ANNOTATION_KEYS,
     ANNOTATION_SHAPES,
+    BLANKED,
     ECHOES,
     ITEM_KEYS,
     ITEM_SHAPES,
@@ -25,6 +26,7 @@ from gateway.protocols.openai_responses.fields import (
     RESULT_KEYS,
     RESULT_SHAPES,
     TOP_KEYS,
+    annotation_field_ok,
     attribute_ok,
     shape_ok,
 )
@@ -86,16 +88,20 @@ def annotation_unknown(
     ann: Mapping[str, object], apath: tuple[str | int, ...]
 ) -> list[tuple[str | int, ...]]:
     """The paths of an annotation that do not go out as they are: the whole annotation when
-    its type is unknown, else its unknown keys, its `title` (web page text) and a `filename`
-    that is not shaped like one."""
-    known = ANNOTATION_KEYS.get(str(ann.get("type")))
-    if known is None:
+    its type is unknown or an id, URL or offset of it has another shape (a file_path's
+    `file_id` could carry a sentence), else its unknown keys, its `title` (web page text)
+    and a `filename` that is not shaped like one (both blanked)."""
+    atype = ann.get("type")
+    if not isinstance(atype, str) or atype not in ANNOTATION_KEYS:
         return [apath]
+    known = ANNOTATION_KEYS[atype]
     out: list[tuple[str | int, ...]] = []
     for key, value in ann.items():
-        if key not in known or key == "title" or (
-            key == "filename" and not shape_ok(ANNOTATION_SHAPES, key, value)
-        ):
+        if key not in known or key == "title":
+            out.append((*apath, key))
+        elif not annotation_field_ok(atype, key, value):
+            if key not in BLANKED:
+                return [apath]
             out.append((*apath, key))
     return out
 

@@ -24,9 +24,9 @@ from gateway.protocols.fields import verified_token_logprobs
 from gateway.protocols.openai_responses.context import client_request, client_wants_results
 from gateway.protocols.openai_responses.fields import (
     ANNOTATION_KEYS,
-    ANNOTATION_SHAPES,
+    BLANKED,
     ECHOES,
-    shape_ok,
+    clean_annotation,
 )
 from gateway.protocols.openai_responses.parse import TEXT, cited_position, text_parts
 from gateway.sse import SSEEvent
@@ -151,7 +151,7 @@ def released_body(
             node = node[p]
         last = path[-1]
         if (
-            last in ("title", "filename")
+            last in BLANKED
             and isinstance(node, dict)
             and node.get("type") in ANNOTATION_KEYS
         ):
@@ -215,15 +215,9 @@ def remap_annotations(
     (old_start, old_end, new_start)."""
     out: list[Any] = []
     for raw in annotations:
-        atype = raw.get("type") if isinstance(raw, Mapping) else None
-        known = ANNOTATION_KEYS.get(atype) if isinstance(atype, str) else None
-        if known is None:
+        ann = clean_annotation(raw, keep_title)
+        if ann is None:
             continue
-        ann = {k: v for k, v in raw.items() if k in known}
-        if "title" in ann and not keep_title:
-            ann["title"] = ""
-        if "filename" in ann and not shape_ok(ANNOTATION_SHAPES, "filename", ann["filename"]):
-            ann["filename"] = ""
         if "start_index" in ann:
             s, e = ann.get("start_index"), ann.get("end_index")
             if not isinstance(s, int) or not isinstance(e, int):
@@ -235,8 +229,8 @@ def remap_annotations(
                     moved["end_index"] = new_s + (e - old_s)
                     out.append(moved)
                     break
-        elif isinstance(ann.get("index"), int):
-            k = cited_position(text, int(ann["index"]))
+        elif isinstance(index := ann.get("index"), int):
+            k = cited_position(text, index)
             for old_s, old_e, new_s in mapping:
                 if old_s < k <= old_e:
                     moved = dict(ann)
