@@ -20,6 +20,8 @@ from gateway.protocols import ADAPTERS
 from gateway.protocols.fields import loads_unique
 
 REQUEST_ID = "offline"
+# What the proxy answers to an upstream body it cannot use on a verified route (DESIGN §7).
+REFUSED = "the proxy answers 502"
 
 
 def _read(path: str, what: str) -> bytes:
@@ -29,13 +31,16 @@ def _read(path: str, what: str) -> bytes:
         raise InputError(f"cannot read {what} {path}: {e.strerror or e}") from None
 
 
-def _json(data: bytes, what: str, path: str) -> dict[str, Any]:
+def _json(data: bytes, what: str, path: str, refusal: str) -> dict[str, Any]:
+    """`data` read by the proxy's own JSON reader (`loads_unique`: no BOM, NaN or lone
+    surrogate, a repeated key refused, an integer beyond 64 bits read as orjson reads it), so
+    a body the proxy refuses is refused here, with what the proxy answers (`refusal`)."""
     try:
-        value = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise InputError(f"{what} {path} is not valid JSON: {e}") from None
+        value = loads_unique(data)
+    except ProtocolError as e:
+        raise InputError(f"{what} {path} is not valid JSON ({refusal}): {e}") from None
     if not isinstance(value, dict):
-        raise InputError(f"{what} {path} must be a JSON object")
+        raise InputError(f"{what} {path} must be a JSON object ({refusal})")
     return value
 
 
@@ -68,13 +73,14 @@ def verify_exchange(
     response_path: str,
     route_name: str | None,
     out: TextIO,
-    err: TextIO = sys.stderr,
+    err: TextIO | None = None,
     fmt: str = "json",
 ) -> int:
     try:
         return _verify(policy_path, protocol, request_path, response_path, route_name, out, fmt)
     except InputError as e:
-        print(f"citewarden verify: {e}", file=err)
+        # sys.stderr as it is now, not as it was at import (a test may have replaced it).
+        print(f"citewarden verify: {e}", file=err or sys.stderr)
         return 2
 
 
@@ -103,26 +109,24 @@ def _verify(
     loaded = load_policy(policy_path)
     route = _pick_route(list(loaded.policy.routes), protocol, route_name)
     pipeline = RoutePipeline(loaded, route)
-    request = _json(_read(request_path, "request"), "request", request_path)
+    request_raw = _read(request_path, "request")
+    request = _json(request_raw, "request", request_path, "the proxy answers 400")
     raw = _read(response_path, "response")
     stream = _looks_like_sse(response_path, raw) or (
         pipeline.codec is not SSE_CODEC and not raw.lstrip().startswith(b"{")
     )  # an event-stream capture (Bedrock): binary, never a JSON object
     # What the client itself asked for (Responses `include`) is learnt from the request.
-    pipeline.adapter.forward_body(json.dumps(request).encode(), "", loaded.policy)
+    pipeline.adapter.forward_body(request_raw, "", loaded.policy)
     try:
         if stream:
             answer = pipeline.parse_stream(raw)
         else:
-            try:
-                loads_unique(raw, stdlib=True)  # a duplicate key is ambiguous, as in the proxy
-            except ProtocolError as e:
-                raise InputError(f"response {response_path} is not valid JSON: {e}") from None
-            answer = pipeline.adapter.parse(_json(raw, "response", response_path), route)
+            parsed = _json(raw, "response", response_path, REFUSED)
+            answer = pipeline.adapter.parse(parsed, route)
         ctx = pipeline.context(request, answer.body, None)
     except ProtocolError as e:
         raise InputError(
-            f"response {response_path} is not a valid {protocol} answer: {e}"
+            f"response {response_path} is not a valid {protocol} answer ({REFUSED}): {e}"
         ) from None
     judgement = pipeline.safe_judge(answer, ctx)
     if pipeline.judge_pass is not None:  # the judge pass, exactly as the proxy runs it

@@ -1,0 +1,194 @@
+"""`citewarden verify` says what the proxy does: the same exchange (real YAML policy, the same
+request and upstream bytes) through the real proxy, in front of an upstream that writes exact
+bytes, and through the real CLI; status and body must agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway import cli
+from tests.gateway_harness import run_gateway
+from tests.raw_upstream import RawUpstream, head, serve_raw
+
+SYSTEM = (
+    "Answer from the context.\n"
+    '<chunk id="hr:leave" version="2">Full-time employees receive 25 days of paid annual '
+    "leave per year.</chunk>\n"
+    '<chunk id="hr:remote">Employees may work remotely up to 3 days per week.</chunk>'
+)
+GOOD = "Employees get 25 days of paid annual leave per year [hr:leave]."
+BAD = "Employees get 40 days of leave on the Moon [hr:moon]."
+
+POLICY = """\
+name: parity
+mode: {mode}
+routes:
+  - name: chat
+    match: {{path: /v1/chat/completions}}
+    protocol: openai-chat
+  - name: gemini
+    match: {{path_glob: "/v1beta/models/*:generateContent"}}
+    protocol: gemini
+  - name: gemini-stream
+    match: {{path_glob: "/v1beta/models/*:streamGenerateContent"}}
+    protocol: gemini
+citations: {{format: doc-chunk}}
+context: {{from: [request, header]}}
+release: {{on_unverified: {on_unverified}}}
+streaming: {{mode: {streaming}}}
+"""
+
+
+def _policy(
+    tmp_path: Path, *, mode: str = "enforce", on_unverified: str = "block",
+    streaming: str = "buffer",
+) -> Path:
+    path = tmp_path / f"parity-{mode}-{on_unverified}-{streaming}.yaml"
+    path.write_text(POLICY.format(mode=mode, on_unverified=on_unverified, streaming=streaming))
+    return path
+
+
+def chat_request(stream: bool = False) -> dict[str, object]:
+    body: dict[str, object] = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": "How much leave?"},
+        ],
+    }
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def chat_json(text: str, created: str = "1735689600") -> bytes:
+    return (
+        '{"id": "chatcmpl-1", "object": "chat.completion", "created": ' + created + ', '
+        '"model": "m", "choices": [{"index": 0, "message": {"role": "assistant", '
+        '"content": ' + json.dumps(text) + '}, "finish_reason": "stop"}]}'
+    ).encode()
+
+
+def chat_sse(*deltas: str) -> bytes:
+    frames = []
+    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1735689600,
+            "model": "m"}
+    frames.append({**base, "choices": [{"index": 0, "delta": {"role": "assistant",
+                                                              "content": ""},
+                                        "finish_reason": None}]})
+    for d in deltas:
+        frames.append({**base, "choices": [{"index": 0, "delta": {"content": d},
+                                            "finish_reason": None}]})
+    frames.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    out = b"".join(b"data: " + json.dumps(f).encode() + b"\n\n" for f in frames)
+    return out + b"data: [DONE]\n\n"
+
+
+@dataclass
+class Outcome:
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+
+@dataclass
+class Verified:
+    code: int
+    report: dict[str, object]
+    stderr: str
+
+
+def run_verify(
+    policy: Path, protocol: str, request: Path, response: Path, *extra: str,
+    capsys: pytest.CaptureFixture[str],
+) -> Verified:
+    capsys.readouterr()
+    code = cli.main([
+        "verify", "--policy", str(policy), "--protocol", protocol,
+        "--request", str(request), "--response", str(response), "--format", "json", *extra,
+    ])
+    out, err = capsys.readouterr()
+    return Verified(code, json.loads(out) if out.strip() else {}, err)
+
+
+@contextlib.contextmanager
+def proxy(policy: Path) -> Iterator[tuple[RawUpstream, str]]:
+    with serve_raw() as (raw, url), run_gateway(url, [policy]) as gw:
+        yield raw, gw.url
+
+
+def through_proxy(
+    policy: Path, path: str, request: dict[str, object], body: bytes,
+    content_type: str = "application/json", headers: Sequence[tuple[str, str]] = (),
+) -> Outcome:
+    with proxy(policy) as (raw, url):
+        selector = raw.on([
+            head(200, ("content-type", content_type), ("content-length", str(len(body))),
+                 *headers),
+            body,
+        ], gap=0)
+        r = httpx.post(url + path, json=request, headers=selector, timeout=10.0)
+        return Outcome(r.status_code, r.content, dict(r.headers))
+
+
+def files(tmp_path: Path, request: dict[str, object], body: bytes, name: str) -> tuple[Path, Path]:
+    req = tmp_path / "request.json"
+    req.write_text(json.dumps(request))
+    resp = tmp_path / name
+    resp.write_bytes(body)
+    return req, resp
+
+
+def client_body(v: Verified) -> bytes:
+    """The bytes the report says the client receives."""
+    body = v.report["body"]
+    if isinstance(body, str):
+        return body.encode()
+    return json.dumps(body).encode()
+
+
+# -- f1 / f5: one JSON reader --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\xef\xbb\xbf" + chat_json(GOOD, created="12345678901234567890123"),
+        chat_json(GOOD, created="NaN").replace(b'"id"', b'"x": 1234567890123456789012, "id"'),
+        chat_json(GOOD, created="12345678901234567890123").replace(b"].", b"].\\ud800"),
+        chat_json(GOOD, created="Infinity, " + '"n": 1' + "9" * 20),
+    ],
+    ids=["bom", "nan", "lone-surrogate", "infinity"],
+)
+def test_bodies_the_proxy_refuses_are_refused_by_verify(
+    tmp_path: Path, body: bytes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = _policy(tmp_path)
+    seen = through_proxy(policy, "/v1/chat/completions", chat_request(), body)
+    assert seen.status == 502
+    req, resp = files(tmp_path, chat_request(), body, "response.json")
+    v = run_verify(policy, "openai-chat", req, resp, capsys=capsys)
+    assert v.code == 2, v.report
+    assert "502" in v.stderr
+
+
+def test_a_long_integer_is_read_as_the_proxy_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A partial answer is re-rendered: what `created` becomes must be what the proxy sends.
+    policy = _policy(tmp_path, on_unverified="strip")
+    body = chat_json(GOOD + " " + BAD, created="123456789012345678901234567890")
+    seen = through_proxy(policy, "/v1/chat/completions", chat_request(), body)
+    assert seen.status == 200
+    req, resp = files(tmp_path, chat_request(), body, "response.json")
+    v = run_verify(policy, "openai-chat", req, resp, capsys=capsys)
+    assert v.code == 1
+    assert v.report["body"] == json.loads(seen.body)
