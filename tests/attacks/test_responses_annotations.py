@@ -139,7 +139,7 @@ def test_a_failing_claims_annotation_goes_with_it(
 
 def _inline_part_events(first: str, second: str, second_anns: list[Obj]) -> list[Obj]:
     """A message whose first output_text part comes inside output_item.added (no
-    content_part.added), then a second part announced the usual way."""
+    content_part.added), and a second part announced before the first one's text."""
     b = rw.response_body([rw.message_item(first, id=MSG)], id=ID, model="fake-model")
     evs = events(b)
     added = next(e for e in evs if e["type"] == "response.output_item.added")
@@ -149,9 +149,10 @@ def _inline_part_events(first: str, second: str, second_anns: list[Obj]) -> list
     # The second part: added, its text, its annotations, done; then the item's done repeats it.
     base = {"item_id": MSG, "output_index": 0, "content_index": 1}
     part = {"type": "output_text", "text": second, "annotations": second_anns, "logprobs": []}
+    announce = {"sequence_number": 0, "type": "response.content_part.added", **base,
+                "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}
+    evs.insert(evs.index(added) + 1, announce)
     extra: list[Obj] = [
-        {"type": "response.content_part.added", **base,
-         "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}},
         {"type": "response.output_text.delta", **base, "delta": second, "logprobs": []},
         *({"type": "response.output_text.annotation.added", **base, "annotation_index": k,
            "annotation": a} for k, a in enumerate(second_anns)),
@@ -184,13 +185,15 @@ def test_progressive_follows_the_part_the_verifier_follows(
     assert_no_leak(resp)
     data = _data(resp)
     deltas = [e for e in data if e["type"] == "response.output_text.delta"]
-    assert deltas, data
-    assert {(e["output_index"], e["content_index"]) for e in deltas} == {(0, 0)}
-    assert "".join(e["delta"] for e in deltas).startswith(GOOD)
+    first = "".join(e["delta"] for e in deltas if e["content_index"] == 0)
+    assert first.startswith(GOOD), data
+    # The first part's claims went out as they verified, before the second part's text.
+    assert [e["content_index"] for e in deltas] == sorted(e["content_index"] for e in deltas)
     final = next(e["response"] for e in data if e["type"] == "response.completed")
     messages = [i for i in final["output"] if i["type"] == "message"]
     assert len(messages) == 1, final["output"]
-    assert messages[0]["content"][0]["text"] == "".join(e["delta"] for e in deltas)
+    assert messages[0]["content"][0]["text"] == first
+    assert messages[0]["content"][0]["annotations"] == []
 
 
 def test_progressive_inline_part_alone_streams_as_it_verifies(

@@ -14,9 +14,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.protocols.base import Framer
+from gateway.protocols.base import Framer, field_allowed
 from gateway.protocols.openai_responses.fields import ITEM_KEYS, ITEM_SHAPES, shape_ok
-from gateway.protocols.openai_responses.parse import parse_body, top_unknown
+from gateway.protocols.openai_responses.parse import parse_body, text_parts, top_unknown
 from gateway.protocols.openai_responses.render import (
     Events,
     head_of,
@@ -61,6 +61,7 @@ class ResponsesFramer(Framer):
         self.indices: dict[tuple[object, ...], int] = {}
         self.primary: tuple[int, int] | None = None  # (output index, content index)
         self.primary_item: Json | None = None
+        self.announced: dict[int, Json] = {}  # each output item as output_item.added said
         self.primary_done: Json | None = None  # the upstream's finished primary message
         self.opened = False
         self.sent: list[str] = []
@@ -109,20 +110,30 @@ class ResponsesFramer(Framer):
             item, i = data.get("item"), data.get("output_index")
             if isinstance(item, dict) and isinstance(i, int):
                 self.indices.setdefault(_identity(item), i)
+                self.announced.setdefault(i, item)
                 if self.primary is None and item.get("type") == "message":
                     self.primary_item = _known_item(item)
+                    # Parts announced inside the item count first, as the parser counts them.
+                    content = item.get("content")
+                    for j, part in enumerate(content if isinstance(content, list) else []):
+                        if isinstance(part, dict) and part.get("type") == "output_text":
+                            self.primary = (i, j)
+                            break
         elif etype == "response.content_part.added" and self.primary is None:
-            part, i, j = data.get("part"), data.get("output_index"), data.get("content_index")
-            item = self.primary_item
+            part, at, k = data.get("part"), data.get("output_index"), data.get("content_index")
+            owner = self.announced.get(at) if isinstance(at, int) else None
             if (
                 isinstance(part, dict)
                 and part.get("type") == "output_text"
-                and isinstance(i, int)
-                and isinstance(j, int)
-                and item is not None
-                and self.indices.get(_identity(item)) == i
+                and isinstance(at, int)
+                and isinstance(k, int)
+                and owner is not None
+                and owner.get("type") == "message"
             ):
-                self.primary = (i, j)
+                # The primary text is the stream's first output_text part, in whatever item
+                # (the parser's channel ("output_text", 0)): its claims are the ones released.
+                self.primary = (at, k)
+                self.primary_item = _known_item(owner)
         elif etype == "response.output_item.done" and self.primary is not None:
             item = data.get("item")
             if isinstance(item, dict) and data.get("output_index") == self.primary[0]:
@@ -184,16 +195,19 @@ class ResponsesFramer(Framer):
         self._announce()
         final = released_body(parse_body(body), pipeline.policy)
         sent = "".join(self.sent)
-        keep_title = "title" in pipeline.policy.channels.allow_fields
+        keep_title = field_allowed(("title",), pipeline.policy)  # as partial_body decides
         next_index = max([*self.indices.values(), -1]) + 1
-        for item in final.get("output") or []:
+        # The primary part in the final body: its first output_text part, by the rule that
+        # named it in the stream (the body drops no output_text part, only unknown ones).
+        at = text_parts(final)
+        for n, item in enumerate(final.get("output") or []):
             if not isinstance(item, dict):
                 continue
             u = self.indices.get(_identity(item))
             if u is None:
                 u, next_index = next_index, next_index + 1
-            if self.primary is not None and u == self.primary[0] and item.get("type") == "message":
-                self._finish_primary(item, sent, keep_title)
+            if self.primary is not None and at and at[0][0] == n:
+                self._finish_primary(item, at[0][1], sent, keep_title)
             else:
                 item_events(self.ev, u, item)
         if self.primary is None and sent:
@@ -206,23 +220,32 @@ class ResponsesFramer(Framer):
         self.ev.add({"type": terminal_type(final), "response": final})
         return self._flush()
 
-    def _finish_primary(self, item: Json, sent: str, keep_title: bool) -> None:
+    def _finish_primary(self, item: Json, at: int, sent: str, keep_title: bool) -> None:
+        """The primary message's end: its primary part (`at` in the final item) holds the text
+        that went out and the annotations of the claims that went out, remapped into it, with
+        the shapes every annotation must have; its other parts follow whole."""
         assert self.primary is not None
         i, j = self.primary
         content = item.get("content") or []
-        if j < len(content) and isinstance(content[j], dict):
-            part = content[j]
-            src = (self.primary_done or {}).get("content") or []
-            original = src[j] if j < len(src) and isinstance(src[j], dict) else {}
-            old_text = original.get("text", "")
-            anns = original.get("annotations") or []
-            part["annotations"] = remap_annotations(old_text, anns, self.mapping, keep_title)
-            part["text"] = sent
-            part["logprobs"] = []
+        part = content[at]
+        src = (self.primary_done or {}).get("content") or []
+        original = src[j] if j < len(src) and isinstance(src[j], dict) else {}
+        old_text = original.get("text", "")
+        anns = original.get("annotations")
+        part["annotations"] = remap_annotations(
+            old_text if isinstance(old_text, str) else "",
+            anns if isinstance(anns, list) else [],
+            self.mapping,
+            keep_title,
+        )
+        part["text"] = sent
+        part["logprobs"] = []
         base = {"item_id": item.get("id", ""), "output_index": i}
         for k, p in enumerate(content):
+            # Numbered as announced: a part the body dropped before the primary one (of an
+            # unknown type) leaves a gap, as a dropped item does.
             if isinstance(p, Mapping):
-                part_events(self.ev, base, k, p, text_sent=(k == j))
+                part_events(self.ev, base, k + j - at if k >= at else k, p, text_sent=(k == at))
         self.ev.add({"type": "response.output_item.done", "output_index": i,
                      "item": copy.deepcopy(item)})
 
