@@ -16,7 +16,7 @@ from tests.attacks.conftest import run_case
 from tests.attacks.harness import MARKER, GatewayProcess, RawResponse, assert_no_leak
 from tests.attacks.protocols import BAD, GOOD, Mode
 from tests.attacks.responses_spec import ID, MSG, RESPONSES, events, framed
-from tests.upstream_app import FakeUpstream, Json, Stream, sse_events
+from tests.upstream_app import SCENARIO_HEADER, FakeUpstream, Json, Stream, sse_events
 
 Obj = dict[str, Any]
 MODES: list[Mode] = ["json", "buffer", "progressive"]
@@ -215,3 +215,27 @@ def test_progressive_inline_part_alone_streams_as_it_verifies(
     assert {(e["output_index"], e["content_index"]) for e in deltas} == {(0, 0)}
     final = next(e["response"] for e in data if e["type"] == "response.completed")
     assert [i["content"][0]["text"] for i in final["output"]] == [GOOD]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stored_response_annotations_have_their_shapes(
+    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream], mode: Mode
+) -> None:
+    """GET /v1/responses/{id} (also `?stream=true`): a stored answer's file_path id is
+    shape-checked like a created one's."""
+    _, up = upstream
+    key = f"stored-annotation-{mode}"
+    ann = copy.deepcopy(PLANTED["file_path-file_id-sentence"])
+    b = _body(GOOD, [ann])
+    b["instructions"] = RESPONSES.request("q", False)["instructions"]
+    up.on(key, _behaviour(b, mode))
+    headers = [(SCENARIO_HEADER, key)]
+    if mode == "progressive":
+        headers.append(("x-attack-mode", "progressive"))
+    query = "" if mode == "json" else "?stream=true"
+    resp = gateway.send("GET", f"/v1/responses/{ID}{query}", headers=headers)
+    assert [r.path for r in up.requests if r.header(SCENARIO_HEADER) == key] == [
+        f"/v1/responses/{ID}"]
+    assert resp.status == 200, resp.raw[:800]
+    assert_no_leak(resp)
+    assert RESPONSES.answer_text(resp) == GOOD
