@@ -193,7 +193,20 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--protocol", required=True, help=" | ".join(ADAPTERS))
     verify.add_argument("--request", required=True, help="the request body (JSON)")
     verify.add_argument("--response", required=True, help="the response: JSON body or .sse capture")
-    verify.add_argument("--route", default=None, help="route name (default: first of the protocol)")
+    verify.add_argument(
+        "--route", default=None,
+        help="route name (default: the one --path takes, else the first of the protocol)",
+    )
+    verify.add_argument(
+        "--path", default=None,
+        help="the request's path (and query) as the client sent it: picks the route, and "
+        "says whether a Gemini or Bedrock request streams (default: the route's match)",
+    )
+    verify.add_argument(
+        "--response-headers", default=None, metavar="FILE",
+        help="the upstream's response headers, `name: value` lines (`curl -D` output): "
+        "header context, and the headers the client receives",
+    )
     _add_format_flag(verify)
 
     policy = sub.add_parser("policy", help="policy tools")
@@ -301,6 +314,8 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
                 route_name=args.route,
                 out=out,
                 fmt=output_format(args.format, out),
+                path=args.path,
+                response_headers_path=args.response_headers,
             )
         case "policy":
             from gateway.policy import check_paths

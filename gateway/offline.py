@@ -15,9 +15,12 @@ from typing import Any, TextIO
 from gateway.errors import InputError, ProtocolError
 from gateway.framing import SSE_CODEC
 from gateway.pipeline import Judgement, RoutePipeline, claim_views
-from gateway.policy import Route, load_policy
+from gateway.policy import LoadedPolicy, PolicySet, Route, load_policy
 from gateway.protocols import ADAPTERS
 from gateway.protocols.fields import loads_unique
+from gateway.stream import StreamVerifier
+from gateway.types import Answer, ContextSet
+from gateway.upstream import verified_response_headers
 
 REQUEST_ID = "offline"
 # What the proxy answers to an upstream body it cannot use on a verified route (DESIGN §7).
@@ -44,14 +47,28 @@ def _json(data: bytes, what: str, path: str, refusal: str) -> dict[str, Any]:
     return value
 
 
-def _looks_like_sse(path: str, data: bytes) -> bool:
-    if path.endswith(".sse"):
-        return True
-    head = data.lstrip()[:16]
-    return head.startswith((b"data:", b"event:", b":", b"id:"))
+def _headers(path: str) -> list[tuple[str, str]]:
+    """The upstream's response headers from a file of `name: value` lines, as `curl -D` writes
+    them: a status line starts the headers of another response (the last one counts)."""
+    out: list[tuple[str, str]] = []
+    text = _read(path, "response headers").decode("latin-1")
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith("HTTP/"):
+            out = []
+            continue
+        if not line.strip():
+            continue
+        name, sep, value = line.partition(":")
+        if not sep or not name.strip() or name != name.strip():
+            raise InputError(f"{path}:{n}: not a header line (name: value)")
+        out.append((name.lower(), value.strip(" \t")))
+    return out
 
 
-def _pick_route(routes: list[Route], protocol: str, name: str | None) -> Route:
+def _pick_route(
+    loaded: LoadedPolicy, protocol: str, name: str | None, path: str | None
+) -> Route:
+    routes = list(loaded.policy.routes)
     if name is not None:
         for r in routes:
             if r.name == name:
@@ -59,10 +76,24 @@ def _pick_route(routes: list[Route], protocol: str, name: str | None) -> Route:
                     raise InputError(f"route {name!r} is {r.protocol}, not {protocol}")
                 return r
         raise InputError(f"the policy has no route named {name!r}")
+    if path is not None:  # the route the proxy takes for this path (no header conditions)
+        found = PolicySet([loaded]).match("POST", path.split("?", 1)[0], {})
+        if found is None:
+            raise InputError(f"no route of the policy matches {path}")
+        route = found[1]
+        if route.protocol != protocol:
+            raise InputError(f"{path} takes route {route.name!r}, which is {route.protocol}")
+        return route
     for r in routes:
         if r.protocol == protocol:
             return r
     raise InputError(f"the policy has no {protocol} route; name one with --route")
+
+
+def _route_path(route: Route) -> str:
+    """The path a request on `route` has, as far as its match says (the glob itself: Gemini and
+    Bedrock read a stream request from the path's last segment); "" when it does not say."""
+    return route.match.path or route.match.path_glob or ""
 
 
 def verify_exchange(
@@ -75,9 +106,14 @@ def verify_exchange(
     out: TextIO,
     err: TextIO | None = None,
     fmt: str = "json",
+    path: str | None = None,
+    response_headers_path: str | None = None,
 ) -> int:
     try:
-        return _verify(policy_path, protocol, request_path, response_path, route_name, out, fmt)
+        return _verify(
+            policy_path, protocol, request_path, response_path, route_name, out, fmt,
+            path, response_headers_path,
+        )
     except InputError as e:
         # sys.stderr as it is now, not as it was at import (a test may have replaced it).
         print(f"citewarden verify: {e}", file=err or sys.stderr)
@@ -95,6 +131,24 @@ async def _with_judge(
         await close_clients()
 
 
+def _stream_answer(
+    pipeline: RoutePipeline, ctx: ContextSet, raw: bytes
+) -> tuple[Answer, Judgement]:
+    """A buffered stream as the proxy reads it: events verified as they come
+    (`StreamVerifier`), the rest judged once it ended (ProtocolError if it is no stream)."""
+    verifier = StreamVerifier(pipeline, ctx)
+    decoder = pipeline.codec.decoder()
+    for event in decoder.feed(raw):
+        verifier.feed(event)
+    if not verifier.parser.done:  # the proxy reads no further once the terminal event came
+        for event in decoder.finish():
+            verifier.feed(event)
+    verifier.sse_undefined = decoder.undefined
+    _, answer = verifier.finish()
+    judgement = pipeline.safe_judge(answer, verifier.ctx, verifier.known, verifier.text)
+    return answer, judgement
+
+
 def _verify(
     policy_path: str,
     protocol: str,
@@ -103,35 +157,47 @@ def _verify(
     route_name: str | None,
     out: TextIO,
     fmt: str = "json",
+    path: str | None = None,
+    response_headers_path: str | None = None,
 ) -> int:
     if protocol not in ADAPTERS:
         raise InputError(f"unknown protocol {protocol!r} (expected one of {', '.join(ADAPTERS)})")
     loaded = load_policy(policy_path)
-    route = _pick_route(list(loaded.policy.routes), protocol, route_name)
+    route = _pick_route(loaded, protocol, route_name, path)
     pipeline = RoutePipeline(loaded, route)
+    adapter = pipeline.adapter
     request_raw = _read(request_path, "request")
     request = _json(request_raw, "request", request_path, "the proxy answers 400")
+    up_headers = [] if response_headers_path is None else _headers(response_headers_path)
     raw = _read(response_path, "response")
-    stream = _looks_like_sse(response_path, raw) or (
-        pipeline.codec is not SSE_CODEC and not raw.lstrip().startswith(b"{")
-    )  # an event-stream capture (Bedrock): binary, never a JSON object
+    # JSON or stream is the request's choice, as in the proxy: its body (`stream: true`) or,
+    # for Gemini and Bedrock, its path. A capture of the other kind is refused as there.
+    info = adapter.request_info(request)
+    by_path = adapter.streams_by_path(path if path is not None else _route_path(route))
+    stream = info.stream if by_path is None else by_path
+    kind = "a stream" if stream else "JSON"
+    refused = f"{REFUSED}; the request asks for {kind}"
+    if path is None and by_path is not None:
+        refused += ", by the route's path (--path gives the request's)"
     # What the client itself asked for (Responses `include`) is learnt from the request.
-    pipeline.adapter.forward_body(request_raw, "", loaded.policy)
+    adapter.forward_body(request_raw, path or "", loaded.policy)
+    headers = dict(up_headers)
     try:
         if stream:
-            answer = pipeline.parse_stream(raw)
+            ctx = pipeline.context(request, None, headers)
+            answer, judgement = _stream_answer(pipeline, ctx, raw)
         else:
-            parsed = _json(raw, "response", response_path, REFUSED)
-            answer = pipeline.adapter.parse(parsed, route)
-        ctx = pipeline.context(request, answer.body, None)
+            parsed = _json(raw, "response", response_path, refused)
+            answer = adapter.parse(parsed, route)
+            ctx = pipeline.context(request, parsed, headers)
+            judgement = pipeline.safe_judge(answer, ctx)
     except ProtocolError as e:
         raise InputError(
-            f"response {response_path} is not a valid {protocol} answer ({REFUSED}): {e}"
+            f"response {response_path} is not a valid {protocol} answer ({refused}): {e}"
         ) from None
-    judgement = pipeline.safe_judge(answer, ctx)
     if pipeline.judge_pass is not None:  # the judge pass, exactly as the proxy runs it
         judgement = asyncio.run(_with_judge(pipeline, judgement, request))
-    include_usage = bool(pipeline.adapter.request_info(request).include_usage)
+    include_usage = bool(info.include_usage)
     rendered = pipeline.render(
         answer, judgement, raw, REQUEST_ID, stream=stream, include_usage=include_usage
     )
@@ -155,6 +221,9 @@ def _verify(
         "context_fingerprint": judgement.report.context_fingerprint,
         "policy": loaded.label,
         "route": route.name,
+        # The upstream headers the client receives (DESIGN §7's allow-list), from
+        # --response-headers; the gateway adds its own (decision, policy, request id).
+        "headers": dict(verified_response_headers(up_headers)),
         "body": body,
     }
     if fmt == "text":

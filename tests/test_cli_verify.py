@@ -43,12 +43,18 @@ routes:
   - name: gemini
     match: {{path_glob: "/v1beta/models/*:generateContent"}}
     protocol: gemini
+  - name: gemini-stream
+    match: {{path_glob: "/v1beta/models/*:streamGenerateContent"}}
+    protocol: gemini
   - name: rag
     match: {{path_prefix: /rag/}}
     protocol: rag-json
     rag: {{answer: /answer, claims: /claims, context: /sources}}
   - name: bedrock
     match: {{path_glob: /model/*/converse}}
+    protocol: bedrock-converse
+  - name: bedrock-stream
+    match: {{path_glob: /model/*/converse-stream}}
     protocol: bedrock-converse
   - name: cohere
     match: {{path: /v2/chat}}
@@ -121,13 +127,28 @@ def _policy(tmp_path: Path, *, on_unverified: str = "block", fmt: str = "doc-chu
     return path
 
 
+# The path of a streaming request, for protocols whose path (not body) asks for a stream.
+STREAM_PATHS = {
+    "gemini": "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+    "bedrock_converse": "/model/m/converse-stream",
+}
+
+
 def _verify(policy: Path, row: Row) -> subprocess.CompletedProcess[str]:
+    """`verify` on a fixture; a stream capture with a request that asks for a stream, as the
+    proxy decides JSON or stream from the request (its body, or its path)."""
     directory = FIXTURES / row.protocol_dir
-    request = directory / (
-        "request_stream.json"
-        if row.response.endswith(".sse") and (directory / "request_stream.json").exists()
-        else "request.json"
-    )
+    request = directory / "request.json"
+    extra: list[str] = []
+    if row.response.endswith((".sse", ".eventstream")):
+        if row.protocol_dir in STREAM_PATHS:
+            extra = ["--path", STREAM_PATHS[row.protocol_dir]]
+        elif (directory / "request_stream.json").exists():
+            request = directory / "request_stream.json"
+        else:
+            body = json.loads(request.read_text())
+            request = policy.parent / f"{row.protocol_dir}-request-stream.json"
+            request.write_text(json.dumps({**body, "stream": True}))
     return subprocess.run(
         [
             sys.executable,
@@ -142,6 +163,7 @@ def _verify(policy: Path, row: Row) -> subprocess.CompletedProcess[str]:
             str(request),
             "--response",
             str(directory / row.response),
+            *extra,
         ],
         capture_output=True,
         text=True,

@@ -192,3 +192,127 @@ def test_a_long_integer_is_read_as_the_proxy_reads_it(
     v = run_verify(policy, "openai-chat", req, resp, capsys=capsys)
     assert v.code == 1
     assert v.report["body"] == json.loads(seen.body)
+
+
+# -- f2: JSON or stream is the request's choice, as in the proxy ------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json-request", "stream-request"])
+def test_a_capture_of_the_other_kind_is_refused_as_the_proxy_refuses_it(
+    tmp_path: Path, stream: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = _policy(tmp_path)
+    # The capture is the other kind than the request asked for.
+    body, ctype, name = (
+        (chat_json(GOOD), "application/json", "response.json") if stream
+        else (chat_sse("Employees get 25 days ", "of paid annual leave per year [hr:leave]."),
+              "text/event-stream", "response.sse")
+    )
+    seen = through_proxy(policy, "/v1/chat/completions", chat_request(stream), body, ctype)
+    assert seen.status == 502, seen.body
+    req, resp = files(tmp_path, chat_request(stream), body, name)
+    v = run_verify(policy, "openai-chat", req, resp, capsys=capsys)
+    assert v.code == 2, v.report
+    assert "502" in v.stderr
+
+
+GEMINI_REQUEST: dict[str, object] = {
+    "systemInstruction": {"parts": [{"text": SYSTEM}]},
+    "contents": [{"role": "user", "parts": [{"text": "How much leave?"}]}],
+}
+
+
+def gemini_sse(*texts: str) -> bytes:
+    out = b""
+    for i, t in enumerate(texts):
+        cand: dict[str, object] = {"content": {"role": "model", "parts": [{"text": t}]},
+                                   "index": 0}
+        if i == len(texts) - 1:
+            cand["finishReason"] = "STOP"
+        out += b"data: " + json.dumps({"candidates": [cand], "modelVersion": "g"}).encode()
+        out += b"\r\n\r\n"
+    return out
+
+
+def test_gemini_streams_when_its_path_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = _policy(tmp_path)
+    body = gemini_sse("Employees get 25 days of ", "paid annual leave per year [hr:leave].")
+    req, resp = files(tmp_path, GEMINI_REQUEST, body, "response.sse")
+    # A non-stream path: the proxy reads the body as JSON, and refuses it.
+    seen = through_proxy(policy, "/v1beta/models/g:generateContent", GEMINI_REQUEST, body,
+                         "text/event-stream")
+    assert seen.status == 502
+    v = run_verify(policy, "gemini", req, resp, "--path", "/v1beta/models/g:generateContent",
+                   capsys=capsys)
+    assert v.code == 2 and "502" in v.stderr, v.report
+    v = run_verify(policy, "gemini", req, resp, capsys=capsys)  # the first gemini route's path
+    assert v.code == 2 and "502" in v.stderr, v.report
+    # The stream path: verify picks the route the proxy routes it to, and reads a stream.
+    path = "/v1beta/models/g:streamGenerateContent?alt=sse"
+    seen = through_proxy(policy, path, GEMINI_REQUEST, body, "text/event-stream")
+    assert seen.status == 200
+    v = run_verify(policy, "gemini", req, resp, "--path", path, capsys=capsys)
+    assert v.report["route"] == "gemini-stream"
+    assert client_body(v) == seen.body
+    assert v.report["decision"] == "released", (v.report, v.stderr)
+    v = run_verify(policy, "gemini", req, resp, "--route", "gemini-stream", capsys=capsys)
+    assert client_body(v) == seen.body, (v.report, v.stderr)
+
+
+def test_a_path_no_route_takes_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = _policy(tmp_path)
+    req, resp = files(tmp_path, chat_request(), chat_json(GOOD), "response.json")
+    v = run_verify(policy, "openai-chat", req, resp, "--path", "/v2/other", capsys=capsys)
+    assert v.code == 2 and "no route" in v.stderr
+
+
+# -- f6: the upstream's response headers -----------------------------------------------------
+
+
+def test_response_headers_give_context_and_are_relayed_as_the_proxy_relays_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import base64
+
+    policy = _policy(tmp_path)
+    chunks = [{"id": "kb:7", "text": "The canteen opens at 8 am."}]
+    header_ctx = base64.urlsafe_b64encode(json.dumps(chunks).encode()).decode().rstrip("=")
+    up_headers = [
+        ("x-citewarden-context", header_ctx),
+        ("x-ratelimit-remaining-requests", "99"),
+        ("x-request-id", "req_abc123"),
+        ("x-internal-secret", "s3cr3t"),
+    ]
+    body = chat_json("The canteen opens at 8 am [kb:7].")
+    seen = through_proxy(policy, "/v1/chat/completions", chat_request(), body,
+                         headers=up_headers)
+    assert seen.status == 200
+    req, resp = files(tmp_path, chat_request(), body, "response.json")
+    dump = tmp_path / "headers.txt"  # as `curl -D` writes it
+    dump.write_text(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        + "".join(f"{k}: {v}\r\n" for k, v in up_headers) + "\r\n"
+    )
+    v = run_verify(policy, "openai-chat", req, resp, "--response-headers", str(dump),
+                   capsys=capsys)
+    assert v.code == 0, (v.report, v.stderr)
+    assert client_body(v) == seen.body
+    relayed = v.report["headers"]
+    assert isinstance(relayed, dict)
+    for name, value in relayed.items():
+        assert seen.headers[name] == value
+    assert relayed["x-ratelimit-remaining-requests"] == "99"
+    assert relayed["x-upstream-request-id"] == "req_abc123"
+    assert "x-internal-secret" not in relayed and "x-internal-secret" not in seen.headers
+    # Without them the chunk is unknown: the claim is hallucinated.
+    v = run_verify(policy, "openai-chat", req, resp, capsys=capsys)
+    assert v.code == 1 and v.report["decision"] == "blocked"
+    bad = tmp_path / "bad-headers.txt"
+    bad.write_text("no colon here\n")
+    v = run_verify(policy, "openai-chat", req, resp, "--response-headers", str(bad),
+                   capsys=capsys)
+    assert v.code == 2 and "bad-headers.txt" in v.stderr
