@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from gateway.errors import InputError, ProtocolError
+from gateway.errors import InputError, ProtocolError, map_exception
 from gateway.framing import SSE_CODEC
 from gateway.pipeline import Judgement, RoutePipeline, claim_views
 from gateway.policy import LoadedPolicy, PolicySet, Route, load_policy
 from gateway.protocols import ADAPTERS
 from gateway.protocols.fields import loads_unique
-from gateway.stream import StreamVerifier
+from gateway.stream import ProgressiveRelease, StreamVerifier
 from gateway.types import Answer, ContextSet
 from gateway.upstream import verified_response_headers
 
@@ -182,6 +182,20 @@ def _verify(
     # What the client itself asked for (Responses `include`) is learnt from the request.
     adapter.forward_body(request_raw, path or "", loaded.policy)
     headers = dict(up_headers)
+    include_usage = bool(info.include_usage)
+    policy = loaded.policy
+    if stream and policy.streaming.mode == "progressive" and policy.mode == "enforce":
+        try:
+            ctx = pipeline.context(request, None, headers)
+        except ProtocolError as e:
+            raise InputError(f"response headers: {e} ({REFUSED})") from None
+        sent, release = asyncio.run(_progressive(pipeline, ctx, raw, include_usage, request))
+        return _emit(
+            out, fmt, _report(
+                pipeline, release.decision, release.summary(), 200, sent, sent == raw,
+                up_headers, stream=True, reason=release.reason,
+            ),
+        )
     try:
         if stream:
             ctx = pipeline.context(request, None, headers)
@@ -197,40 +211,112 @@ def _verify(
         ) from None
     if pipeline.judge_pass is not None:  # the judge pass, exactly as the proxy runs it
         judgement = asyncio.run(_with_judge(pipeline, judgement, request))
-    include_usage = bool(info.include_usage)
     rendered = pipeline.render(
         answer, judgement, raw, REQUEST_ID, stream=stream, include_usage=include_usage
     )
-    body: Any
-    if stream and rendered.status < 300 and pipeline.codec is not SSE_CODEC:
+    if policy.mode == "shadow":
+        # The proxy forwards the upstream's answer as it came, whatever the decision (recorded
+        # in its header, metrics and audit). The exit status still says what enforcing would do.
+        report = _report(
+            pipeline, judgement.outcome.decision.value, judgement, 200, raw, True, up_headers,
+            stream=stream,
+        )
+        _emit(out, fmt, report)
+        return 0 if rendered.unchanged else 1
+    return _emit(
+        out, fmt, _report(
+            pipeline, judgement.outcome.decision.value, judgement, rendered.status,
+            rendered.body, rendered.unchanged, up_headers, stream=stream,
+        ),
+    )
+
+
+async def _progressive(
+    pipeline: RoutePipeline,
+    ctx: ContextSet,
+    raw: bytes,
+    include_usage: bool,
+    request: dict[str, Any],
+) -> tuple[bytes, ProgressiveRelease]:
+    """The bytes a progressive stream sends for the capture `raw`, from the proxy's own
+    `ProgressiveRelease` (its framer, its verdicts), fed the capture as one chunk."""
+    from gateway.judge.client import close_clients
+
+    release = ProgressiveRelease(pipeline, ctx, REQUEST_ID, include_usage, request)
+    decoder = pipeline.codec.decoder()
+    try:
+        out = release.feed(decoder.feed(raw))
+        last = decoder.finish()
+        release.verifier.sse_undefined = decoder.undefined
+        out += release.feed(last)
+        out += await release.afinish() if release.judged else release.finish()
+    except Exception as e:  # as the proxy's boundary maps it (gateway/errors.py)
+        out = release.abort(f"upstream failed: {map_exception(e)}")
+    finally:
+        if release.judged:
+            await close_clients()
+    return out, release
+
+
+def _client_body(pipeline: RoutePipeline, status: int, data: bytes, stream: bool) -> Any:
+    """The bytes the client receives, readable in a JSON report."""
+    if stream and status < 300 and pipeline.codec is not SSE_CODEC:
         decoder = pipeline.codec.decoder()  # binary framing: the events, one object each
-        events = decoder.feed(rendered.body) + decoder.finish()
-        body = [{"event": e.event, "data": json.loads(e.data)} for e in events]
-    elif stream and rendered.status < 300:
-        body = rendered.body.decode()
-    else:
-        body = json.loads(rendered.body)
-    outcome = judgement.outcome
-    report = {
-        "decision": outcome.decision.value,
-        "reason": outcome.reason,
-        "claim_index": outcome.claim_index,
-        "status": rendered.status,
-        "unchanged": rendered.unchanged,
-        "claims": claim_views(judgement),
-        "context_fingerprint": judgement.report.context_fingerprint,
-        "policy": loaded.label,
-        "route": route.name,
+        events = decoder.feed(data) + decoder.finish()
+        return [{"event": e.event, "data": json.loads(e.data)} for e in events]
+    if stream and status < 300:
+        return data.decode()
+    return json.loads(data)
+
+
+def _report(
+    pipeline: RoutePipeline,
+    decision: str,
+    judgement: Judgement | None,
+    status: int,
+    data: bytes,
+    unchanged: bool,
+    up_headers: list[tuple[str, str]],
+    *,
+    stream: bool,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    outcome = judgement.outcome if judgement is not None else None
+    policy = pipeline.policy
+    return {
+        "decision": decision,
+        "reason": outcome.reason if outcome is not None else reason,
+        "claim_index": outcome.claim_index if outcome is not None else None,
+        "status": status,
+        "unchanged": unchanged,
+        "claims": claim_views(judgement) if judgement is not None else [],
+        "context_fingerprint": (
+            judgement.report.context_fingerprint if judgement is not None else None
+        ),
+        "policy": pipeline.loaded.label,
+        "route": pipeline.route.name,
+        "mode": policy.mode,
+        # How the answer went out: JSON, a stream released whole (`buffer`) or claim by
+        # claim (`progressive`: the proxy's decision header then says `progressive`).
+        "streaming": (
+            None if not stream
+            else "progressive" if policy.streaming.mode == "progressive"
+            and policy.mode == "enforce"
+            else "buffer"
+        ),
         # The upstream headers the client receives (DESIGN §7's allow-list), from
         # --response-headers; the gateway adds its own (decision, policy, request id).
         "headers": dict(verified_response_headers(up_headers)),
-        "body": body,
+        "body": _client_body(pipeline, status, data, stream),
     }
+
+
+def _emit(out: TextIO, fmt: str, report: dict[str, Any]) -> int:
     if fmt == "text":
         out.write(text_report(report))
     else:
         out.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    return 0 if rendered.unchanged else 1
+    return 0 if report["unchanged"] else 1
 
 
 def _clip(text: str, width: int = 72) -> str:
@@ -248,7 +334,10 @@ def text_report(report: dict[str, Any]) -> str:
         f"decision  {decision}",
         f"status    {report['status']}"
         + ("  (the upstream's bytes, unchanged)" if report["unchanged"] else ""),
-        f"policy    {report['policy']}  route {report['route']}",
+        f"policy    {report['policy']}  route {report['route']}"
+        + ("  (shadow: the client gets the upstream's answer)"
+           if report.get("mode") == "shadow" else "")
+        + ("  (progressive stream)" if report.get("streaming") == "progressive" else ""),
         f"context   {report['context_fingerprint']}",
         f"claims    {len(report['claims'])}",
     ]

@@ -135,7 +135,9 @@ def through_proxy(
                  *headers),
             body,
         ], gap=0)
-        r = httpx.post(url + path, json=request, headers=selector, timeout=10.0)
+        # The request id verify writes into error texts, so the two bodies can be compared.
+        r = httpx.post(url + path, json=request, headers={**selector, "x-request-id": "offline"},
+                       timeout=10.0)
         return Outcome(r.status_code, r.content, dict(r.headers))
 
 
@@ -316,3 +318,57 @@ def test_response_headers_give_context_and_are_relayed_as_the_proxy_relays_them(
     v = run_verify(policy, "openai-chat", req, resp, "--response-headers", str(bad),
                    capsys=capsys)
     assert v.code == 2 and "bad-headers.txt" in v.stderr
+
+
+# -- f3: shadow mode -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_shadow_mode_reports_the_upstream_answer_the_client_gets(
+    tmp_path: Path, stream: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = _policy(tmp_path, mode="shadow")
+    body, ctype, name = (
+        (chat_sse(GOOD + " ", BAD), "text/event-stream", "response.sse") if stream
+        else (chat_json(GOOD + " " + BAD), "application/json", "response.json")
+    )
+    seen = through_proxy(policy, "/v1/chat/completions", chat_request(stream), body, ctype)
+    assert seen.status == 200 and seen.body == body
+    assert seen.headers["x-citewarden-decision"] == "blocked"
+    req, resp = files(tmp_path, chat_request(stream), body, name)
+    v = run_verify(policy, "openai-chat", req, resp, capsys=capsys)
+    assert v.report["mode"] == "shadow"
+    assert v.report["decision"] == "blocked"  # what enforce would have done, as audited
+    assert v.report["status"] == 200 and v.report["unchanged"] is True
+    assert client_body(v) == seen.body if stream else v.report["body"] == json.loads(body)
+    assert v.code == 1  # the policy would not release it
+
+
+# -- f4: progressive release -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("on_unverified", ["block", "strip", "abstain"])
+@pytest.mark.parametrize(
+    "deltas",
+    [
+        ("Employees get 25 days ", "of paid annual leave per year [hr:leave]. ", BAD),
+        (BAD + " ", GOOD),
+        ("Employees get 25 days ", "of paid annual leave per year [hr:leave]."),
+    ],
+    ids=["good-then-bad", "bad-first", "all-good"],
+)
+def test_progressive_release_is_rendered_as_the_proxy_sends_it(
+    tmp_path: Path, on_unverified: str, deltas: tuple[str, ...],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    policy = _policy(tmp_path, on_unverified=on_unverified, streaming="progressive")
+    body = chat_sse(*deltas)
+    seen = through_proxy(policy, "/v1/chat/completions", chat_request(True), body,
+                         "text/event-stream")
+    assert seen.status == 200
+    req, resp = files(tmp_path, chat_request(True), body, "response.sse")
+    v = run_verify(policy, "openai-chat", req, resp, capsys=capsys)
+    assert client_body(v) == seen.body
+    assert v.report["status"] == 200
+    assert v.report["unchanged"] is (seen.body == body)
+    assert v.code == (0 if seen.body == body else 1)
