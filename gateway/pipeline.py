@@ -376,13 +376,15 @@ class RoutePipeline:
 
 
 class Pipelines:
-    """Caches a RoutePipeline per (policy version, route name)."""
+    """Caches a RoutePipeline per (policy version, what it read from the files it names,
+    route name): a reload after an edit of the judge's prompt template or key file builds
+    the pipeline anew, though the version (which names the files) is the same."""
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, str, str], RoutePipeline] = {}
+        self._cache: dict[tuple[str, str, str, str], RoutePipeline] = {}
 
     def get(self, loaded: LoadedPolicy, route: Route) -> RoutePipeline:
-        key = (str(loaded.path), loaded.version, route.name)
+        key = (str(loaded.path), loaded.version, loaded.contents, route.name)
         p = self._cache.get(key)
         if p is None:
             p = self._cache[key] = RoutePipeline(loaded, route)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import PolicyError
+from gateway.pipeline import Pipelines, RoutePipeline
 from gateway.policy import PolicyStore, ReloadOutcome
 
 POLICY = """\
@@ -172,3 +173,46 @@ async def test_a_failing_callback_does_not_stop_the_watch(tmp_path: Path) -> Non
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+JUDGE_POLICY = """\
+name: judged
+routes:
+  - name: chat
+    match: {path: /v1/chat/completions}
+    protocol: openai-chat
+checks: [missing_citation, hallucinated_citation, unsupported]
+support:
+  judge: {url: "http://127.0.0.1:9/v1", model: m, prompt: prompt.txt, api_key_file: key.txt}
+"""
+
+
+def _pipeline(store: PolicyStore, pipelines: Pipelines) -> RoutePipeline:
+    loaded = store.current.policies[0]
+    return pipelines.get(loaded, loaded.policy.routes[0])
+
+
+def test_a_reload_uses_the_new_prompt_template_and_key_file(tmp_path: Path) -> None:
+    """The files a policy names (its judge prompt template and key file) are part of what a
+    route's pipeline was built from: editing one and reloading gives a pipeline built anew,
+    though the policy's version (its canonical form, which names the files) is unchanged."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(JUDGE_POLICY)
+    prompt, key = tmp_path / "prompt.txt", tmp_path / "key.txt"
+    prompt.write_text("FIRST judge {claims} against {chunks}")
+    key.write_text("key-one\n")
+    store, pipelines = PolicyStore([path]), Pipelines()
+    first = _pipeline(store, pipelines)
+    assert first.judge_pass is not None and "FIRST" in first.judge_pass.prompt.template
+    version = store.current.policies[0].version
+
+    prompt.write_text("SECOND judge {claims} against {chunks}")
+    key.write_text("key-two\n")
+    # The watch sees an edit of a file the policy names, as of the policy file itself.
+    assert store.poll() == "success"
+    assert store.current.policies[0].version == version
+    second = _pipeline(store, pipelines)
+    assert second.judge_pass is not None and "SECOND" in second.judge_pass.prompt.template
+    assert second.judge_pass.spec.key == "key-two"
+    assert _pipeline(store, pipelines) is second  # still cached while nothing changes
+    assert store.poll() is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -49,6 +50,30 @@ class LoadedPolicy:
     def compiled(self) -> CompiledPolicy:
         """The policy's regexes and lookups, compiled once when it was validated."""
         return self.policy.compiled
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The other files this policy read when it was loaded (its judge's prompt template
+        and key file), by path: watched for edits as the policy file is."""
+        judge = self.policy.support.judge
+        if judge is None:
+            return ()
+        base = os.path.dirname(os.path.abspath(self.path))
+        named = [judge.api_key_file, None if judge.template is None else judge.prompt]
+        return tuple(os.path.join(base, n) for n in named if n is not None)
+
+    @property
+    def contents(self) -> str:
+        """A digest of what this policy read from those files, as loaded: with `version`, it
+        tells two loads of the policy apart when only such a file changed. (A digest: the key
+        itself never leaves the spec.)"""
+        judge = self.policy.support.judge
+        if judge is None:
+            return ""
+        h = hashlib.sha256()
+        for part in (judge.template or "", judge.key):
+            h.update(hashlib.sha256(part.encode()).digest())
+        return h.hexdigest()
 
     def line_of(self, *loc: str | int) -> int | None:
         """The line of the key or item at `loc` (or of its nearest enclosing one)."""

@@ -62,6 +62,17 @@ class PolicyStore:
         self._digest = _digest(self.paths)
         self.current: PolicySet = load_policies(self.paths)
         self.last_error: PolicyError | None = None
+        # The files the policies name (judge prompt template, key file), watched too.
+        self._named = self._named_files()
+        if self._named:
+            self._stats += tuple(_stat(p) for p in self._named)
+            self._digest = _digest(self.paths + self._named)
+
+    def _named_files(self) -> tuple[str, ...]:
+        return tuple(f for loaded in self.current.policies for f in loaded.files)
+
+    def _watched(self) -> tuple[str, ...]:
+        return self.paths + self._named
 
     def reload(self) -> bool:
         """Load the files again; swap in the result, or keep the last good set and say False."""
@@ -72,15 +83,20 @@ class PolicyStore:
             return False
         self.current = fresh
         self.last_error = None
+        named = self._named_files()
+        if named != self._named:  # the set of named files changed: watch the new one
+            self._named = named
+            self._stats = tuple(_stat(p) for p in self._watched())
+            self._digest = _digest(self._watched())
         return True
 
     def poll(self) -> ReloadOutcome | None:
         """One watch tick: reload if any file changed. None when nothing changed."""
-        stats = tuple(_stat(p) for p in self.paths)
+        stats = tuple(_stat(p) for p in self._watched())
         if stats == self._stats:
             return None
         self._stats = stats
-        digest = _digest(self.paths)
+        digest = _digest(self._watched())
         if digest == self._digest:  # touched, or swapped for identical content
             return None
         self._digest = digest
