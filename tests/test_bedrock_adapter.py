@@ -196,6 +196,41 @@ def test_stream_parser_refuses_what_would_reorder_or_hide_text() -> None:
             _feed(events)
 
 
+def _cite(i: int) -> tuple[str, dict[str, Any]]:
+    cit = {"sourceContent": [{"text": "a."}],
+           "location": {"documentChar": {"documentIndex": 0, "start": 0, "end": 2}}}
+    return ("contentBlockDelta", {"contentBlockIndex": i, "delta": {"citation": cit}})
+
+
+def _think(i: int) -> tuple[str, dict[str, Any]]:
+    return ("contentBlockDelta", {"contentBlockIndex": i,
+                                  "delta": {"reasoningContent": {"text": "hm"}}})
+
+
+def _tool(i: int) -> tuple[str, dict[str, Any]]:
+    return ("contentBlockStart", {"contentBlockIndex": i,
+                                  "start": {"toolUse": {"toolUseId": "t", "name": "f"}}})
+
+
+@pytest.mark.parametrize("opener", [_text, _cite, _think, _tool])
+@pytest.mark.parametrize("first", [[], [_cite(0)], [_text(0, "a.")]])
+def test_text_for_a_block_below_the_highest_started_is_out_of_order(
+    opener: Any, first: list[tuple[str, dict[str, Any]]]
+) -> None:
+    """Once block 1 was started (by text, a citation, reasoning or a tool call), text for block
+    0 would land in the stream after block 1's start but in the body before it: refused,
+    whether block 0 so far holds text, only a citation, or nothing."""
+    opened = opener(1) if opener is not _text else _text(1, " b.")
+    with pytest.raises(ProtocolError, match="out of order"):
+        _feed([START, *first, opened, _text(0, " c."), STOP])
+
+
+def test_blocks_in_order_with_late_citations_are_accepted() -> None:
+    answer = _feed([START, _think(0), _text(1, "a."), _cite(1), _cite(2), _text(2, " b."),
+                    _text(2, " c."), _cite(2), _tool(3), STOP])
+    assert answer.channels[0].text == "a. b. c."
+
+
 def test_an_exception_message_is_a_protocol_error() -> None:
     parser = ADAPTER.stream_parser(None)  # type: ignore[arg-type]
     parser.feed(SSEEvent('{"role":"assistant"}', "messageStart"))

@@ -425,12 +425,15 @@ def test_withheld_and_unknown_fields_never_reach_the_raw_response(
 
 def test_withheld_and_unknown_fields_never_reach_a_raw_stream(env: Env) -> None:
     data = w.stream_of(REASONING["output"]["message"]["content"], stop="tool_use")
-    # an unknown field planted in a delta, and an event type the protocol does not have
-    stop = data.index(w.event("messageStop", {"stopReason": "tool_use"}))
+    # an unknown field planted in a delta (of the text block, before the tool call starts:
+    # text after a later block started is refused), and an event type the protocol lacks
+    end = data.index(w.event("contentBlockStop", {"contentBlockIndex": 1}))
     leak = w.event(
         "contentBlockDelta", {"contentBlockIndex": 1, "delta": {"text": ""}, "x_leak": w.PLANTED}
     )
-    data = data[:stop] + leak + w.event("unknownEvent", {"text": w.PLANTED}) + data[stop:]
+    data = data[:end] + leak + data[end:]
+    stop = data.index(w.event("messageStop", {"stopReason": "tool_use"}))
+    data = data[:stop] + w.event("unknownEvent", {"text": w.PLANTED}) + data[stop:]
     for path in ("/model/blk-model/converse-stream", "/model/pblk-model/converse-stream"):
         r = _raw(env, path, Stream(data, seed=9, max_piece=17, content_type=EVENTSTREAM))
         assert r.status_code == 200 and r.headers["content-type"] == EVENTSTREAM

@@ -4,7 +4,10 @@
 Events (`:event-type`): messageStart, contentBlockStart (toolUse), contentBlockDelta (`text`,
 `citation`, `toolUse.input`, `reasoningContent` text / signature / redactedContent),
 contentBlockStop, messageStop, metadata. A block that received a citation becomes a
-`citationsContent` block. An exception or error message ends the stream as a protocol error.
+`citationsContent` block. An exception or error message ends the stream as a protocol error,
+and so does a block started below one already started, or text for a block once a later block
+was started (by text, a citation, reasoning or a tool call): the streamed text would not be
+the body's. A citation may come after its block's text (and after a later block's start).
 """
 
 from __future__ import annotations
@@ -45,7 +48,6 @@ class BedrockStreamParser(StreamParser):
         self._stopped = False
         self._done = False
         self._blocks: dict[int, _Block] = {}
-        self._last_text = -1  # the index of the text block text last went to
         self._length = 0
         self._top: Json = {}
         self._dropped: list[tuple[str, tuple[str | int, ...]]] = []
@@ -143,10 +145,12 @@ class BedrockStreamParser(StreamParser):
         if member == "text":
             if not isinstance(value, str):
                 raise ProtocolError("bedrock-converse: text delta is not a string")
-            if self._last_text != idx and idx in self._blocks and self._blocks[idx].parts:
-                raise ProtocolError("bedrock-converse: text deltas of blocks interleaved")
+            if idx < max(self._blocks, default=-1):
+                # A later block was started (by any delta): this text would follow it in the
+                # stream but precede it in the body, under this block's citations, so the
+                # claims released would not be the claims judged. Refused, not reordered.
+                raise ProtocolError("bedrock-converse: text of a block out of order")
             block = self._block(idx, "text")
-            self._last_text = idx
             block.parts.append(value)
             self._length += len(value)
             return [(PRIMARY, value)] if value else []
