@@ -45,10 +45,14 @@ CheckName = Literal[
     "unsupported",
 ]
 ChannelRule = Literal["pass", "verify", "withhold"]
+# The methods a route may name: those the gateway serves at all (gateway/app.py).
+HTTP_METHODS: tuple[str, ...] = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # strict: values are taken as written (`block_status: "422"`, `retry: true`,
+    # `include_text: 1`, `documents: "off"` are errors, not coerced); an int is still a float.
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
 
 
 class Match(_Model):
@@ -73,7 +77,13 @@ class Match(_Model):
     @field_validator("methods")
     @classmethod
     def _upper(cls, value: list[str]) -> list[str]:
-        return [m.upper() for m in value]
+        methods = [m.upper() for m in value]
+        for i, m in enumerate(methods):
+            if m not in HTTP_METHODS:
+                raise KeyedValueError(
+                    (i,), f"{value[i]!r} is not an HTTP method ({', '.join(HTTP_METHODS)})"
+                )
+        return methods
 
     @model_validator(mode="after")
     def _conditions(self) -> Match:
