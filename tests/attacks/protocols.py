@@ -857,6 +857,12 @@ def _an_plants() -> dict[str, Plant]:
             json=_an_mut(lambda b: b["content"].append({"type": "x_debug", "text": BAD})),
             stream=_an_stream_mut(_an_append_block({"type": "x_debug", "text": BAD}, [])),
         ),
+        # A delta for a block whose type is a sentence: the error never names the type.
+        "prose-block-type": Plant(
+            stream=_an_stream_mut(
+                _an_append_block({"type": BAD}, [{"type": "text_delta", "text": "x"}])
+            ),
+        ),
         "tool-use-id": _an_tool_plant({**_TOOL_USE, "id": BAD}),
         "tool-use-name": _an_tool_plant({**_TOOL_USE, "name": BAD}),
         "tool-use-unknown-key": _an_tool_plant({**_TOOL_USE, "x_note": BAD}),

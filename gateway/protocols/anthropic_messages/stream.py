@@ -49,22 +49,21 @@ class AnthropicNativeSpans(BlockSpans):
 
     def start_block(self, index: int, offset: int, raw: object) -> None:
         """A text block starts at `offset` of the primary text with citations `raw`."""
+        if raw is not None and not isinstance(raw, list):
+            raise ProtocolError("anthropic-messages: citations is not a list")
         cits: list[Citation] = []
         self.blocks.append((offset, cits))
         self._by_index[index] = cits
-        for c in raw if isinstance(raw, list) else ():
+        for c in raw or ():
             self.cite(index, c)
 
     def cite(self, index: int, raw: object) -> None:
-        """A citation of text block `index`; one the gateway cannot read is left to the
-        final parse, which fails the stream on it."""
+        """A citation of text block `index`. One the gateway cannot read fails the stream on
+        its event (ProtocolError), before any claim of the block is checked without it."""
         cits = self._by_index.get(index)
         if cits is None:
             return
-        try:
-            cit = native_citation(raw)
-        except ProtocolError:
-            return
+        cit = native_citation(raw)
         if cit is not None:
             cits.append(cit)
 
@@ -99,6 +98,7 @@ class AnthropicStreamParser(StreamParser):
         try:
             data = loads_unique(event.data, stdlib=True)
         except ProtocolError as exc:
+            # The JSON parser's words name a position, never the event's text.
             raise ProtocolError(f"anthropic-messages: stream event: {exc}") from None
         return self._event(data, event)
 
@@ -156,16 +156,24 @@ class AnthropicStreamParser(StreamParser):
         # Other event types are new API additions; they carry no content we assemble.
         return []
 
-    def _grow(self, idx: int, field: str, text: str) -> None:
+    def _grow(self, idx: int, field: str, delta: Json, key: str) -> str:
+        """Add the delta's `key` to the block's `field`; the piece added."""
+        text = delta.get(key, "")
+        if not isinstance(text, str):
+            raise ProtocolError("anthropic-messages: a delta whose text is not a string")
         parts = self._grown.get((idx, field))
         if parts is None:
-            # The first piece joins the block's own value (a wrong type fails here) and puts
-            # the field in its place among the block's keys; `body` sets the whole value.
+            # The first piece joins the block's own value and puts the field in its place
+            # among the block's keys; `body` sets the whole value.
             block = self._blocks[idx]
-            block[field] = block.get(field, "") + text
+            own = block.get(field, "")
+            if not isinstance(own, str):
+                raise ProtocolError("anthropic-messages: a block whose text is not a string")
+            block[field] = own + text
             self._grown[(idx, field)] = [block[field]]
         else:
             parts.append(text)
+        return text
 
     def _index(self, data: Json) -> int:
         idx = data.get("index")
@@ -183,6 +191,9 @@ class AnthropicStreamParser(StreamParser):
             # twice or skipped would make the client's message differ from the one assembled
             # here.
             raise ProtocolError("anthropic-messages: content blocks out of order")
+        if not isinstance(block.get("type"), str):
+            # A list or an object would not even hash: the SDKs could not read the block.
+            raise ProtocolError("anthropic-messages: content block without a type")
         block = copy.deepcopy(block)
         self._blocks[idx] = block
         if block.get("type") == "tool_use":
@@ -209,28 +220,31 @@ class AnthropicStreamParser(StreamParser):
         if want is not None and (btype not in want if want else btype in _NO_INPUT):
             # The SDKs ignore a delta the block's type has no field for; assembled here, it
             # would be text only the gateway's copy has.
-            raise ProtocolError(f"anthropic-messages: {dtype} for a {btype} block")
+            # The block's type is the upstream's text: the message never names it.
+            raise ProtocolError(f"anthropic-messages: a {dtype} for a block of another type")
         if dtype == "text_delta":
             if idx != self._last_text:
                 # Text handed on in another order than the blocks put it in: what a stream
                 # verifier releases would not be the answer's text.
                 raise ProtocolError("anthropic-messages: text deltas of blocks interleaved")
-            text = str(delta.get("text", ""))
-            self._grow(idx, "text", text)
+            text = self._grow(idx, "text", delta, "text")
             self._length += len(text)
             return [(_CONTENT_KEY, text)] if text else []
         if dtype == "citations_delta":
             citation = delta.get("citation")
-            block.setdefault("citations", []).append(citation)
+            if block.get("citations") is None:  # absent or null: the SDKs start a list
+                block["citations"] = []
+            block["citations"].append(citation)
             self._spans.cite(idx, citation)
         elif dtype == "thinking_delta":
-            text = str(delta.get("thinking", ""))
-            self._grow(idx, "thinking", text)
+            text = self._grow(idx, "thinking", delta, "thinking")
             return [(channel_key(("content", idx, "thinking")), text)] if text else []
         elif dtype == "signature_delta":
-            self._grow(idx, "signature", str(delta.get("signature", "")))
+            self._grow(idx, "signature", delta, "signature")
         elif dtype == "input_json_delta":
-            part = str(delta.get("partial_json", ""))
+            part = delta.get("partial_json", "")
+            if not isinstance(part, str):
+                raise ProtocolError("anthropic-messages: a delta whose text is not a string")
             self._json_parts.setdefault(idx, []).append(part)
             return [(channel_key(("content", idx, "input")), part)] if part else []
         return []
