@@ -5,6 +5,7 @@ The version is the sha256 of the policy's canonical form, so equal policies shar
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -62,11 +63,11 @@ class LoadedPolicy:
         named = [judge.api_key_file, None if judge.template is None else judge.prompt]
         return tuple(os.path.join(base, n) for n in named if n is not None)
 
-    @property
+    @functools.cached_property
     def contents(self) -> str:
         """A digest of what this policy read from those files, as loaded: with `version`, it
         tells two loads of the policy apart when only such a file changed. (A digest: the key
-        itself never leaves the spec.)"""
+        itself never leaves the spec.) Computed once: `Pipelines.get` reads it per request."""
         judge = self.policy.support.judge
         if judge is None:
             return ""
