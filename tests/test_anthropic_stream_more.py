@@ -128,6 +128,18 @@ def test_content_outside_the_blocks_is_never_relayed(events: list[Obj]) -> None:
     assert "PLANTED" not in rendered(answer)
 
 
+def test_a_null_citations_list_takes_the_streamed_citations() -> None:
+    # The SDKs start a list for a citations_delta whatever the block started with.
+    cit = {"type": "char_location", "cited_text": "One.", "document_index": 0,
+           "start_char_index": 0, "end_char_index": 4}
+    parser, _ = feed([start(), block(0, {"type": "text", "text": "", "citations": None}),
+                      delta(0, {"type": "citations_delta", "citation": cit}), text(0, "One."),
+                      stop(0), *tail()])
+    answer = parser.finish()
+    assert content(answer)[0]["citations"] == [cit]
+    assert len(answer.channels[0].native) == 1
+
+
 def test_start_text_is_text_of_the_block() -> None:
     parser, seen = feed([start(), block(0, {"type": "text", "text": "One. "}), text(0, "Two."),
                          stop(0), *tail()])
