@@ -1,6 +1,7 @@
 """anthropic-messages streams through the gateway: a block that starts with a citation the
-gateway cannot read releases nothing of the block, and a block of the wrong shape is an
-upstream error (never the gateway's own)."""
+gateway cannot read releases nothing of the block, a block of the wrong shape is an upstream
+error (never the gateway's own), and progressive release sends each verified native citation
+once, in the shape buffer mode relays."""
 
 from __future__ import annotations
 
@@ -88,6 +89,10 @@ _SHAPES: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {
         {"type": "thinking", "thinking": "", "signature": []},
         [{"type": "signature_delta", "signature": "c2ln"}],
     ),
+    "citations-string": (
+        {"type": "text", "text": "", "citations": "none"},
+        [{"type": "citations_delta", "citation": {"type": "x_location"}}],
+    ),
     "text-delta-int": ({"type": "text", "text": ""}, [{"type": "text_delta", "text": 7}]),
     "thinking-delta-null": (
         {"type": "thinking", "thinking": "", "signature": ""},
@@ -110,3 +115,67 @@ def test_a_wrong_typed_block_is_an_upstream_error(
         assert resp.status == 502 and "bad_upstream_answer" in body, body[-500:]
     else:
         assert "event: error" in body and "upstream_error" in body, body[-500:]
+
+
+# -- progressive release relays native citations as buffer mode does ---------------------------
+
+
+def _search_result_request() -> dict[str, Any]:
+    req = P._an_request(P.QUESTION, True, system=None)
+    req["messages"][-1]["content"] = [
+        {"type": "search_result", "source": SOURCE, "title": "Pump",
+         "content": [{"type": "text", "text": P.CHUNK_TEXT}], "citations": {"enabled": True}},
+        {"type": "text", "text": P.QUESTION},
+    ]
+    return req
+
+
+_SEARCH_RESULT = {"type": "search_result_location", "cited_text": P.CHUNK_TEXT,
+                  "search_result_index": 0, "source": SOURCE, "title": "Pump",
+                  "start_block_index": 0, "end_block_index": 1}
+_CASES: dict[str, tuple[Any, list[dict[str, Any]]]] = {
+    "search-result": (_search_result_request, [_SEARCH_RESULT]),
+    # The upstream's source is text nobody verified: the request's goes out instead.
+    "search-result-other-source": (
+        _search_result_request, [{**_SEARCH_RESULT, "source": "https://elsewhere.example/x"}]
+    ),
+    "document-file-id": (
+        lambda: P._with_document(P._an_request(P.QUESTION, True, system=None)),
+        [P._citation(file_id="file_011CNha8iCJcU1wXNR6q4V8w")],
+    ),
+    "document-prose-file-id": (
+        lambda: P._with_document(P._an_request(P.QUESTION, True, system=None)),
+        [P._citation(file_id=f"designed by {MARKER} in 1931")],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(_CASES))
+def test_progressive_citations_have_the_buffered_shape(
+    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream], case: str  # noqa: F811
+) -> None:
+    request, citations = _CASES[case]
+    frames = _frames(TEXT, _with_citations(*citations))
+    seen = {}
+    for mode in MODES:
+        resp = run_case(gateway, upstream, P.ANTHROPIC, mode, Stream(frames), request=request())
+        assert resp.status == 200 and b"event: error" not in resp.body, resp.raw[-1500:]
+        assert_no_leak(resp)
+        seen[mode] = _citations(resp)
+    assert seen["buffer"], seen
+    assert seen["progressive"] == seen["buffer"], seen
+    for cit in seen["buffer"]:
+        if cit["type"] == "search_result_location":
+            assert cit["source"] == SOURCE, cit
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_block_citation_goes_out_once(
+    gateway: GatewayProcess, upstream: tuple[str, FakeUpstream], mode: str  # noqa: F811
+) -> None:
+    text = f"{TEXT} {TEXT} {TEXT}"  # three claims, each carrying the block's citation
+    req = P._with_document(P._an_request(P.QUESTION, True, system=None))
+    frames = _frames(text, _with_citations(P._citation()))
+    resp = run_case(gateway, upstream, P.ANTHROPIC, mode, Stream(frames), request=req)
+    assert resp.status == 200 and b"event: error" not in resp.body, resp.raw[-1500:]
+    assert len(_citations(resp)) == 1, _citations(resp)

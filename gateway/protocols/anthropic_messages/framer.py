@@ -1,6 +1,7 @@
 """Progressive release for anthropic-messages: verified claims go out as text deltas of one
-text block (index 0), each preceded by its native citations; the rest of the answer follows
-once the whole answer is judged, and a failure ends the stream with an `error` event."""
+text block (index 0), each preceded by its document citations; the rest of the answer (and the
+search result citations, whose `source` is the request's) follows once the whole answer is
+judged, and a failure ends the stream with an `error` event."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.errors import ProtocolError
 from gateway.jsonio import dumps
-from gateway.protocols.anthropic_messages.fields import BODY_TABLE, CITATION_FIELDS
-from gateway.protocols.anthropic_messages.parse import Json
-from gateway.protocols.anthropic_messages.render import error_event, stream_events
+from gateway.protocols.anthropic_messages.fields import BODY_TABLE, CITATION, CITATION_FIELDS
+from gateway.protocols.anthropic_messages.parse import Json, native_citation
+from gateway.protocols.anthropic_messages.render import error_event, known_keys, stream_events
 from gateway.protocols.base import Framer
 from gateway.protocols.fields import FieldLog, clean, loads_unique
 from gateway.sse import SSEEvent, encode, encode_data
@@ -30,15 +31,30 @@ class AnthropicFramer(Framer):
     def __init__(self, include_usage: bool) -> None:
         self.start: Json | None = None
         self.opened = False
+        # Citations as buffer mode relays them (the field table's keys and checks), by where
+        # they point, from the stream's events; each goes out once, as the upstream sent it.
+        self.citations: dict[NativeLocation, object] = {}
+        self.sent: set[NativeLocation] = set()
 
     def observe(self, event: SSEEvent) -> None:
-        if self.start is not None:
+        if self.start is not None and '"citation' not in event.data:
             return
         try:
             data = loads_unique(event.data, stdlib=True)
         except ProtocolError:
             return  # the stream parser fails the stream on it
-        if not isinstance(data, dict) or data.get("type") != "message_start":
+        if not isinstance(data, dict):
+            return
+        if data.get("type") == "content_block_start":
+            block = data.get("content_block")
+            cits = block.get("citations") if isinstance(block, dict) else None
+            for raw in cits if isinstance(cits, list) else ():
+                self._keep(raw)
+        elif data.get("type") == "content_block_delta":
+            delta = data.get("delta")
+            if isinstance(delta, dict) and delta.get("type") == "citations_delta":
+                self._keep(delta.get("citation"))
+        if self.start is not None or data.get("type") != "message_start":
             return
         # The message as the field table keeps it, without unknown fields: this event is
         # re-sent as the stream's first, before the answer is judged.
@@ -53,6 +69,20 @@ class AnthropicFramer(Framer):
                     message.pop(str(path[0]), None)
             message["content"] = []
             self.start = {"type": "message_start", "message": message}
+
+    def _keep(self, raw: object) -> None:
+        try:
+            cit = native_citation(raw)
+            kept = clean(CITATION, raw, FieldLog())
+        except ProtocolError:
+            return  # the stream parser fails the stream on it
+        if cit is not None and cit.native is not None:
+            self.citations.setdefault(cit.native, known_keys(kept))
+
+    @staticmethod
+    def _citation_event(citation: object) -> bytes:
+        delta = {"type": "citations_delta", "citation": citation}
+        return AnthropicFramer._ev({"type": "content_block_delta", "index": 0, "delta": delta})
 
     @staticmethod
     def _ev(data: Json) -> bytes:
@@ -95,19 +125,17 @@ class AnthropicFramer(Framer):
         out = [self.opening()]
         for claim in citations:
             for cit in claim.citations:
-                if cit.native is not None:
-                    out.append(
-                        self._ev(
-                            {
-                                "type": "content_block_delta",
-                                "index": 0,
-                                "delta": {
-                                    "type": "citations_delta",
-                                    "citation": _native_json(cit.native),
-                                },
-                            }
-                        )
-                    )
+                native = cit.native
+                # A search result's `source` is the request's (render.relayed_sources), which
+                # only the rendered answer knows: its citations go out with the tail.
+                if (
+                    native is None
+                    or native in self.sent
+                    or native.type == "search_result_location"
+                ):
+                    continue
+                self.sent.add(native)
+                out.append(self._citation_event(self.citations.get(native, _native_json(native))))
         out.append(
             self._ev(
                 {
@@ -122,7 +150,19 @@ class AnthropicFramer(Framer):
     def tail(self, pipeline: RoutePipeline, body: Mapping[str, Any]) -> bytes:
         content = body.get("content") or []
         tail = {**body, "content": [b for b in content if b.get("type") != "text"]}
-        out = [self.opening(), self._ev({"type": "content_block_stop", "index": 0})]
+        out = [self.opening()]
+        # The released text's citations not sent with its claims, as the rendered answer
+        # holds them: the text block then carries what the buffered answer's blocks do.
+        for block in content:
+            if block.get("type") != "text":
+                continue
+            for raw in block.get("citations") or ():
+                cit = native_citation(raw)
+                if cit is None or cit.native is None or cit.native in self.sent:
+                    continue
+                self.sent.add(cit.native)
+                out.append(self._citation_event(raw))
+        out.append(self._ev({"type": "content_block_stop", "index": 0}))
         for data in stream_events(tail)[1:]:  # message_start went out with the first text
             if isinstance(data.get("index"), int):
                 # The released text is block 0: the other blocks follow it.

@@ -22,6 +22,7 @@ __all__ = [
     "cites_a_source",
     "error_body",
     "error_event",
+    "known_keys",
     "partial_body",
     "relayed_sources",
     "released_body",
@@ -205,7 +206,7 @@ def _text_blocks(
             if s >= e:
                 continue
             cits = [
-                _known_keys(c)
+                known_keys(c)
                 for c in raw_cits[bi]
                 if (nc := native_citation(c)) is not None and nc.native in own
             ]
@@ -225,7 +226,7 @@ def _text_blocks(
     return blocks
 
 
-def _known_keys(citation: object) -> object:
+def known_keys(citation: object) -> object:
     """A citation with only the keys the field table knows for its type (a rebuilt block
     carries no unknown field, allow-listed or not)."""
     if not isinstance(citation, dict):
