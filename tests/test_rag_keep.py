@@ -1,5 +1,6 @@
 """rag-json's field table: the answer, claims and context are kept, `rag.keep` envelope fields
-are kept in every decision's body when they are scalar metadata, everything else is dropped,
+are kept in every decision's body when they are scalar metadata (a number, a boolean, null or
+a token-shaped string: a sentence is not metadata), everything else is dropped,
 and a body with a duplicate key fails closed. A real gateway in front of a real upstream."""
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import pytest
 from gateway.errors import ProtocolError
 from gateway.policy import load_policy
 from gateway.protocols.fields import loads_unique
-from gateway.protocols.rag_json import KEEP_MAX_CHARS
 from gateway.types import Chunk
 from tests.gateway_harness import run_gateway
 from tests.upstream_app import Json, create_upstream, rag_body, serve
@@ -35,7 +35,8 @@ routes:
     rag:
       answer: /answer
       context: /sources
-      keep: [/status, /trace_id, /meta/region, /nested, /long, /missing]
+      keep: [/status, /trace_id, /meta/region, /nested, /long, /note, /spaced, /count, /cached,
+             /missing]
 citations: {{format: doc-chunk}}
 context: {{from: [response]}}
 checks: [missing_citation, malformed_citation, hallucinated_citation, stale_source,
@@ -54,7 +55,12 @@ def _envelope(answer: str) -> dict[str, Any]:
             "trace_id": "t-123",
             "meta": {"region": "eu", "debug": MARKER},
             "nested": {"note": MARKER},  # kept pointer, but not a scalar: dropped
-            "long": "x" * (KEEP_MAX_CHARS + 1),  # kept pointer, but prose-sized: dropped
+            "long": "x" * 129,  # kept pointer, but longer than any token: dropped
+            # kept pointers holding a sentence: metadata is token-shaped, so dropped
+            "note": f"The Orbit pump was designed by {MARKER} in 1931.",
+            "spaced": f"{MARKER} ok",
+            "count": 3,
+            "cached": False,
             "unlisted": MARKER,
             "followups": [MARKER],
         }
@@ -94,7 +100,8 @@ def _expect_kept(body: dict[str, Any]) -> None:
     assert body["status"] == "ok"
     assert body["trace_id"] == "t-123"
     assert body["meta"] == {"region": "eu"}
-    for dropped in ("nested", "long", "unlisted", "followups", "missing"):
+    assert body["count"] == 3 and body["cached"] is False
+    for dropped in ("nested", "long", "note", "spaced", "unlisted", "followups", "missing"):
         assert dropped not in body
 
 

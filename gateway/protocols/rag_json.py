@@ -6,9 +6,11 @@ items `{text, citations}`) is a content channel whose `structured` holds the cla
 Field table (DESIGN §2): the answer and claims are channels; the context list is trusted
 retrieval output, kept as it came; the envelope fields named by `rag.keep` are checked metadata,
 kept in every decision's body (released, partial, abstained, review, blocked) when their value
-is a scalar (a string of at most `KEEP_MAX_CHARS` characters, a number, a boolean or null);
-everything else is dropped on every decision, because a field of unknown meaning could repeat
-withheld text. A body with a duplicate key is ambiguous and fails closed.
+is a scalar of metadata shape (a number, a boolean, null, or a string shaped as a model name or
+id, `fields.is_model`: no whitespace, at most 128 characters); everything else, an object, a
+list or a string with a space in it, is dropped on every decision, as other adapters drop
+metadata of the wrong shape, because a field of unknown meaning could repeat withheld text or
+carry a sentence nobody verified. A body with a duplicate key is ambiguous and fails closed.
 """
 
 from __future__ import annotations
@@ -32,16 +34,15 @@ from gateway.protocols.base import (
     rebuild_text,
     split_claims,
 )
-from gateway.protocols.fields import loads_unique
+from gateway.protocols.fields import is_model, loads_unique
 from gateway.protocols.relay import relayed_code, relayed_fields, relayed_message, relayed_token
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Channel, Claim, ContextSet, Outcome
 
-__all__ = ["KEEP_MAX_CHARS", "RagAnswer", "RagJson", "RagJsonStreamParser"]
+__all__ = ["RagAnswer", "RagJson", "RagJsonStreamParser"]
 
 NAME = "rag-json"
 Json = dict[str, Any]
-KEEP_MAX_CHARS = 256  # a kept string longer than this is not metadata: dropped
 
 
 @dataclass(slots=True)
@@ -52,9 +53,10 @@ class RagAnswer(Answer):
 
 
 def _keepable(value: object) -> bool:
-    """Scalar metadata only: a container could carry anything, a long string prose."""
+    """Scalar metadata only: a container could carry anything, a string with a space (or
+    longer than any id) a sentence. A status or trace id is token-shaped."""
     if isinstance(value, str):
-        return len(value) <= KEEP_MAX_CHARS
+        return is_model(value)
     return value is None or isinstance(value, bool | int | float)
 
 
