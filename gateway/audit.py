@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import hashlib
 import io
 import logging
 import os
@@ -25,7 +26,7 @@ import orjson
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-from .types import Citation, ClaimReport, Decision, Outcome, Report
+from .types import Citation, ClaimReport, ContextSet, Decision, Outcome, Report
 
 REDACTED: Final = "[redacted]"
 # DESIGN §7: credentials pass through to the upstream and are never logged.
@@ -424,23 +425,33 @@ def _ms(seconds_ms: float | None) -> float | None:
     return None if seconds_ms is None else round(seconds_ms, 3)
 
 
-def _cited_id(cit: Citation) -> str | None:
+def _cited_id(cit: Citation, context: ContextSet | str, include_text: bool) -> str | None:
     """A cited id as the log may hold it. Ids are written by the model: a malformed one (in
-    `[<a sentence>, kb:1]` the sentence is one) or one with whitespace (a `regex` format's id
-    group) may be prose, and is `null`; the rest is bounded so a runaway marker cannot bloat
-    the log."""
+    `[<a sentence>, kb:1]` the sentence is one) is `null`. A well-formed id is logged as it
+    is only when it names a chunk of the request's context (or is a native citation's
+    `document:<index>`, which the gateway spells from an integer); any other id was invented,
+    and may be a sentence written without spaces (`kb:The_pump_was_designed_by_…`), so without
+    `include_text` it is `sha256:` and 16 hex digits of its digest (repeats can still be
+    counted). An id logged as it is must be printable and spaceless (else `null`), and is
+    bounded so a runaway marker cannot bloat the log."""
     i = cit.id
-    if cit.malformed is not None or not i.isprintable() or " " in i:
+    if cit.malformed is not None:
+        return None
+    named = cit.native is not None or (isinstance(context, ContextSet) and i in context.chunks)
+    if not named and not include_text:
+        raw = i.encode("utf-8", "surrogatepass")
+        return "sha256:" + hashlib.sha256(raw).hexdigest()[:16]
+    if not i.isprintable() or " " in i:
         return None
     return i[:_CITED_ID_MAX]
 
 
-def _claim(c: ClaimReport, include_text: bool) -> dict[str, object]:
+def _claim(c: ClaimReport, context: ContextSet | str, include_text: bool) -> dict[str, object]:
     entry: dict[str, object] = {
         "index": c.claim.index,
         "verdict": c.verdict,
         "reason": c.reason if c.verdict == "failed" else c.error_kind,
-        "cited": [_cited_id(cit) for cit in c.claim.citations],
+        "cited": [_cited_id(cit, context, include_text) for cit in c.claim.citations],
     }
     if c.check is not None:
         entry["check"] = c.check
@@ -550,7 +561,7 @@ def audit_event(
         "status": status,
         "streaming": streaming,
         "context_fingerprint": report.context_fingerprint if report is not None else None,
-        "claims": _Vetted(_claim(c, include_text) for c in report.claims)
+        "claims": _Vetted(_claim(c, report.context, include_text) for c in report.claims)
         if report is not None
         else _Vetted(),
         "timings": _VettedDict(
@@ -589,7 +600,7 @@ def review_requested(
         "policy": policy,
         "claim_indices": _Vetted(c.claim.index for c in problems),
         "reasons": _Vetted(_reasons(problems)),
-        "claims": _Vetted(_claim(c, include_text) for c in problems),
+        "claims": _Vetted(_claim(c, report.context, include_text) for c in problems),
         "context_fingerprint": report.context_fingerprint,
     }
     if include_text and draft is not None:

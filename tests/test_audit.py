@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -18,11 +19,27 @@ from gateway.audit import (
     reset_logging,
     review_requested,
 )
-from gateway.types import Citation, Claim, ClaimReport, Decision, Outcome, Report
+from gateway.types import (
+    Chunk,
+    Citation,
+    Claim,
+    ClaimReport,
+    ContextSet,
+    Decision,
+    NativeLocation,
+    Outcome,
+    Report,
+)
 
 DRAFT = "The Zorblax reactor output rose 73% in 2023 [doc:1]. It is run by Quentin Marsh [doc:9]."
 CREDENTIAL = "Bearer sk-live-5f0c1d2e3b4a"
 CHUNK_TEXT = "Zorblax reactor quarterly output rose 73 percent"
+CONTEXT = ContextSet({"doc:1": Chunk("doc:1", CHUNK_TEXT, "2")})
+
+
+def digest(cid: str) -> str:
+    """How the audit line names an id the model invented (it names no chunk of the context)."""
+    return "sha256:" + hashlib.sha256(cid.encode()).hexdigest()[:16]
 
 
 def blocked_report() -> tuple[Report, Outcome]:
@@ -39,7 +56,7 @@ def blocked_report() -> tuple[Report, Outcome]:
                 detail="id not in context",
             ),
         ),
-        context="ab" * 32,
+        context=CONTEXT,
         seconds=0.00042,
     )
     return report, Outcome(Decision.BLOCKED, reason="hallucinated_citation", claim_index=1)
@@ -86,14 +103,14 @@ def test_audit_event_fields() -> None:
     assert e["reasons"] == ["hallucinated_citation"]
     assert e["status"] == 422
     assert e["streaming"] is False
-    assert e["context_fingerprint"] == "ab" * 32
+    assert e["context_fingerprint"] == CONTEXT.fingerprint
     assert e["claims"] == [
         {"index": 0, "verdict": "verified", "reason": None, "cited": ["doc:1"]},
         {
             "index": 1,
             "verdict": "failed",
             "reason": "hallucinated_citation",
-            "cited": ["doc:9"],
+            "cited": [digest("doc:9")],  # invented: no chunk of the context
             "check": "hallucinated_citation",
         },
     ]
@@ -218,13 +235,14 @@ def test_review_requested_event() -> None:
             "index": 1,
             "verdict": "failed",
             "reason": "hallucinated_citation",
-            "cited": ["doc:9"],
+            "cited": [digest("doc:9")],
             "check": "hallucinated_citation",
         }
     ]
     assert "draft" not in plain
     assert texty["draft"] == DRAFT
     assert texty["claims"][0]["text"] == DRAFT[54:]
+    assert texty["claims"][0]["cited"] == ["doc:9"]  # with the text, the id as written
 
 
 def test_redactor_masks_nested_headers_and_credential_keys() -> None:
@@ -490,19 +508,65 @@ def test_lines_pending_when_the_interpreter_exits_are_written() -> None:
 def test_a_malformed_or_spaced_citation_id_is_not_logged() -> None:
     """A citation id is written by the model: in `[<a sentence>, kb:1]` the part without a
     colon is a malformed citation whose id is the sentence, and a `regex` format's id group
-    may hold spaces. Only well-formed ids without whitespace are logged (draft text never is,
-    DESIGN §8); the others are `null`, one per citation, so counts still add up."""
+    may hold spaces. A malformed id is `null`; a well-formed one that names no chunk of the
+    context is a digest (draft text never is logged, DESIGN §8); one per citation, so counts
+    still add up."""
     prose = "The pump was secretly designed by ZQXMARKER in 1931"
     claim = Claim(0, 0, f"It was built [{prose}, kb:1].", 0, 70, citations=(
         Citation(prose, prose, 13, 60, malformed="a half without a colon"),
         Citation("kb:1", "kb:1", 62, 66),
         Citation("kb 1 by ZQXMARKER", "kb 1 by ZQXMARKER"),
     ))
-    report = Report((ClaimReport(claim, "failed", reason="malformed_citation"),), "ab" * 32)
+    ctx = ContextSet({"kb:1": Chunk("kb:1", "The pump is blue.")})
+    report = Report((ClaimReport(claim, "failed", reason="malformed_citation"),), ctx)
     with capture_logs() as events:
         audit_event(request_id="r", route="chat", policy="p@1", status=422, report=report,
                     outcome=Outcome(Decision.BLOCKED, "malformed_citation", 0),
                     include_text=False)
         review_requested(request_id="r", route="chat", policy="p@1", report=report)
-    assert [e["claims"][0]["cited"] for e in events] == [[None, "kb:1", None]] * 2
+    assert [e["claims"][0]["cited"] for e in events] == [
+        [None, "kb:1", digest("kb 1 by ZQXMARKER")]
+    ] * 2
     assert "ZQXMARKER" not in json.dumps(events)
+
+
+INVENTED = "kb:The_Orbit_pump_was_designed_by_ZQXMARKER_in_1931"
+
+
+def _cited(context: ContextSet | str, include_text: bool) -> list[object]:
+    native = NativeLocation("char_location", "The pump is blue.", document_index=3)
+    claim = Claim(0, 0, f"The pump is blue [kb:1][{INVENTED}].", 0, 80, citations=(
+        Citation("kb:1", "kb:1"),
+        Citation(INVENTED, INVENTED),
+        Citation("document:3", "document:3", native=native),
+    ))
+    report = Report((ClaimReport(claim, "failed", reason="hallucinated_citation"),), context)
+    with capture_logs() as events:
+        audit_event(request_id="r", route="chat", policy="p@1", status=422, report=report,
+                    outcome=Outcome(Decision.BLOCKED, "hallucinated_citation", 0),
+                    include_text=include_text)
+        review_requested(request_id="r", route="chat", policy="p@1", report=report,
+                         include_text=include_text)
+    audit, review = (e["claims"][0]["cited"] for e in events)
+    assert audit == review
+    assert isinstance(audit, list)
+    return audit
+
+
+def test_an_invented_citation_id_is_logged_as_a_digest() -> None:
+    """An id written with underscores is well formed and spaceless, yet the model wrote it: it
+    may be a sentence. Only an id that names a chunk of the request's context is logged as it
+    is; an invented one is `sha256:` and 16 hex digits of its digest, so repeats can still be
+    counted. A native citation's id is the gateway's own `document:<index>`, never model text.
+    """
+    ctx = ContextSet({"kb:1": Chunk("kb:1", "The pump is blue.")})
+    assert _cited(ctx, include_text=False) == ["kb:1", digest(INVENTED), "document:3"]
+    # Only a fingerprint of the context: no id can be shown to name a chunk.
+    assert _cited(ctx.fingerprint, include_text=False) == [
+        digest("kb:1"), digest(INVENTED), "document:3"
+    ]
+
+
+def test_with_include_text_an_invented_citation_id_is_logged_as_written() -> None:
+    ctx = ContextSet({"kb:1": Chunk("kb:1", "The pump is blue.")})
+    assert _cited(ctx, include_text=True) == ["kb:1", INVENTED, "document:3"]

@@ -8,6 +8,7 @@ its events) or read back as the JSON lines the production log set-up writes.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import time
@@ -46,6 +47,7 @@ CHUNK_ONLY_TEXT = "on a 150 kW charger"  # in the context, never in an answer
 GOOD = "The Voltra pack stores 62.5 kWh [bat:1]. Charging from 10% to 80% takes 28 minutes [bat:2]."
 BAD_CLAIM = "The pack is assembled on the Moon by volunteers"
 MIXED = f"The Voltra pack stores 62.5 kWh [bat:1]. {BAD_CLAIM} [bat:9]. It weighs 410 kg [bat:1]."
+INVENTED = "sha256:" + hashlib.sha256(b"bat:9").hexdigest()[:16]  # as the audit line names it
 SECRET = "sk-secret-123"
 AUTH = {"authorization": f"Bearer {SECRET}"}
 REVIEW_TEMPLATE = "Held back: a reviewer from the trust team will look at this answer."
@@ -423,7 +425,7 @@ def test_one_audit_event_per_request_with_its_fields(block: Gateway) -> None:
     assert ev["claim_index"] == 1 == blocked.json()["citewarden"]["claim_index"]
     assert [(c["index"], c["verdict"], c["cited"]) for c in ev["claims"]] == [
         (0, "verified", ["bat:1"]),
-        (1, "failed", ["bat:9"]),
+        (1, "failed", [INVENTED]),  # an id no chunk has: logged as a digest
         (2, "verified", ["bat:1"]),
     ]
     assert ev["claims"][1]["reason"] == "hallucinated_citation"
@@ -533,7 +535,7 @@ def test_review_emits_review_requested_and_answers_with_the_template(review: Gat
         assert req["policy"].startswith("review-bot@")
         assert req["claim_indices"] == [1]
         assert req["reasons"] == ["hallucinated_citation"]
-        assert [c["cited"] for c in req["claims"]] == [["bat:9"]]
+        assert [c["cited"] for c in req["claims"]] == [[INVENTED]]
         (ev,) = audits(logs, rid)
         assert ev["decision"] == "review"
         assert ev["context_fingerprint"] == req["context_fingerprint"]

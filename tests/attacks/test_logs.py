@@ -4,6 +4,8 @@ holds only this module's traffic."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +28,11 @@ CREDENTIALS = [
 ]
 
 
+# A well-formed id the model made up out of a sentence: draft text, not a chunk's name.
+INVENTED_ID = f"kb:The_Orbit_pump_was_designed_by_{MARKER}_in_1931"
+INVENTED = f"The pump is blue [{INVENTED_ID}]."
+
+
 @pytest.fixture(scope="module")
 def logged(
     upstream: tuple[str, FakeUpstream], tmp_path_factory: pytest.TempPathFactory
@@ -37,7 +44,10 @@ def logged(
         up.on("log-bad", Json(REGISTRY["openai-chat"].body(f"{GOOD} {BAD}")))
         up.on("log-models", Json({"data": []}))
         up.on("log-5xx", Json(REGISTRY["openai-chat"].error_envelope(BAD), status=500))
+        up.on("log-invented", Json(REGISTRY["openai-chat"].body(f"{GOOD} {INVENTED}")))
         spec = REGISTRY["openai-chat"]
+        gw.post_json(spec.path, spec.request(QUESTION, False),
+                     [(SCENARIO_HEADER, "log-invented"), ("x-request-id", "log-invented")])
         for key in ("log-bad", "log-5xx"):
             gw.post_json(
                 spec.path,
@@ -72,3 +82,17 @@ def test_draft_text_and_bad_request_ids_are_never_logged(
     gw, _ = logged
     text = gw.log()
     assert MARKER not in text, [line for line in text.splitlines() if MARKER in line][:3]
+
+
+def test_an_invented_citation_id_is_logged_as_a_digest(
+    logged: tuple[GatewayProcess, Path],
+) -> None:
+    """The audit line names each claim's cited ids (DESIGN §8): an id of a context chunk as it
+    is, an id the model invented (here a sentence written with underscores) as a digest, so
+    repeats can be counted without the draft text reaching the log."""
+    gw, _ = logged
+    (line,) = [json.loads(x) for x in gw.log().splitlines()
+               if '"audit"' in x and '"log-invented"' in x]
+    digest = "sha256:" + hashlib.sha256(INVENTED_ID.encode()).hexdigest()[:16]
+    assert [c["cited"] for c in line["claims"]] == [["kb:1"], [digest]]
+    assert line["claims"][1]["reason"] == "hallucinated_citation"
