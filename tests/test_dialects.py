@@ -231,9 +231,14 @@ def test_search_lists_are_not_relayed_where_they_are_no_context(fmt: str | None)
 
 
 def _verify(policy: Path, response: str, request: str = "request.json") -> Any:
+    sent = FIXTURES / request
+    if response.endswith(".sse"):  # a stream capture answers a request that asked for one
+        sent = policy.parent / "request-stream.json"
+        sent.write_text(json.dumps({**json.loads((FIXTURES / request).read_text()),
+                                    "stream": True}))
     result = subprocess.run(
         [sys.executable, "-m", "gateway.cli", "verify", "--policy", str(policy), "--protocol",
-         "openai-chat", "--request", str(FIXTURES / request), "--response",
+         "openai-chat", "--request", str(sent), "--response",
          str(FIXTURES / response), "--format", "json"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip

@@ -268,9 +268,12 @@ def test_offline_verify_over_the_fixtures(
     name: str, decision: str | None, reason: str | None, index: int | None, code: int
 ) -> None:
     out, err = io.StringIO(), io.StringIO()
+    # The path says whether the request streams, as in the proxy.
+    method = "streamGenerateContent?alt=sse" if name.endswith(".sse") else "generateContent"
     rc = verify_exchange(
         policy_path=str(SHIPPED), protocol="gemini", request_path=str(FIXTURES / "request.json"),
         response_path=str(FIXTURES / name), route_name=None, out=out, err=err,
+        path=f"/v1beta/models/gemini-2.5-flash:{method}",
     )
     assert rc == code, err.getvalue()
     if decision is None:

@@ -5,6 +5,7 @@ request places, `policy check` on passthrough entries, and `citewarden verify` o
 
 from __future__ import annotations
 
+import contextvars
 import io
 import json
 import subprocess
@@ -425,6 +426,10 @@ def test_verify_offline(
         sent["tools"] = [] if no_tool else [{"type": "file_search", "vector_store_ids": ["vs_k7"]}]
         request = tmp_path / "request.json"
         request.write_text(json.dumps(sent))
+    if response.endswith(".sse"):  # a stream capture answers a request that asked for one
+        sent = json.loads(request.read_text())
+        request = tmp_path / "request-stream.json"
+        request.write_text(json.dumps({**sent, "stream": True}))
     out = io.StringIO()
     argv = ["verify", "--policy", str(policy), "--protocol", "openai-responses",
             "--request", str(request),
@@ -629,18 +634,39 @@ def test_a_differing_reasoning_text_raises_and_a_repeated_one_is_relayed() -> No
 REAL_ENCRYPTED = "gAAAAABo" + "Zk9xQ2-_" * 60 + "Ab/+Yz=="
 
 
-@pytest.mark.parametrize(("value", "kept"), [
-    (REAL_ENCRYPTED, True), (None, True), ("state with spaces", False), (["x"], False),
+@pytest.mark.parametrize(("value", "asked", "kept"), [
+    (REAL_ENCRYPTED, True, True), (None, True, True), ("state with spaces", True, False),
+    (["x"], True, False), (REAL_ENCRYPTED, False, False), (None, False, True),
 ])
-def test_encrypted_content_is_kept_only_as_an_opaque_blob(value: object, kept: bool) -> None:
+def test_encrypted_content_is_kept_only_as_an_opaque_blob_the_client_asked_for(
+    value: object, asked: bool, kept: bool
+) -> None:
     item = {"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": value}
     body = w.response_body([item, w.message_item("The K7 stores 13.5 kWh [k7:capacity].",
                                                  id="m_1")], id="resp_1")
-    answer = ADAPTER.parse(body, ROUTE)
-    assert (("output", 0, "encrypted_content") not in answer.unknown_fields) is kept
-    rewrite, out = _released(body, Policy(name="t", routes=[ROUTE]))
-    assert rewrite is not kept
-    assert ("encrypted_content" in out["output"][0]) is kept
+    include = ["reasoning.encrypted_content"] if asked else ["file_search_call.results"]
+    request = json.dumps({"model": "m", "input": "q", "include": include}).encode()
+
+    def run() -> None:
+        rctx.forward_body(request, "/v1/responses", ContextSpec())
+        answer = ADAPTER.parse(body, ROUTE)
+        assert (("output", 0, "encrypted_content") not in answer.unknown_fields) is kept
+        rewrite, out = _released(body, Policy(name="t", routes=[ROUTE]))
+        assert rewrite is not kept
+        assert ("encrypted_content" in out["output"][0]) is kept
+
+    contextvars.Context().run(run)
+
+
+def test_a_stored_response_s_encrypted_content_is_kept_when_its_query_asks() -> None:
+    def asked(path_qs: str) -> bool:
+        rctx.forward_body(b"", path_qs, ContextSpec())
+        return rctx.client_wants_encrypted()
+
+    assert contextvars.Context().run(
+        asked, "/v1/responses/resp_1?include[]=reasoning.encrypted_content"
+    )
+    assert not contextvars.Context().run(asked, "/v1/responses/resp_1")
 
 
 def test_logprob_entries_are_cut_to_their_known_keys() -> None:
