@@ -13,7 +13,7 @@ from typing import Any
 
 import openai
 import pytest
-from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool
+from agents import Agent, ModelSettings, OpenAIResponsesModel, RunConfig, Runner, function_tool
 
 from gateway.demo import responses_wire as w
 from tests.gateway_harness import Gateway, run_gateway
@@ -29,6 +29,9 @@ routes:
 citations: {format: doc-chunk}
 release: {on_unverified: block}
 """
+
+
+ENCRYPTED = "reasoning.encrypted_content"
 
 
 def _turns(answer: str) -> Sequenced:
@@ -68,6 +71,8 @@ def _run(gw: Gateway, scenario: str) -> Any:
                 instructions="Answer from the knowledge base and cite it.",
                 tools=[search_kb],
                 model=OpenAIResponsesModel(model="gpt-test", openai_client=client),
+                # Stateless multi-turn: the reasoning state comes back only when asked for.
+                model_settings=ModelSettings(response_include=[ENCRYPTED]),
             )
             return await Runner.run(
                 agent, "How much does the K7 store?", run_config=RunConfig(tracing_disabled=True)
@@ -81,6 +86,7 @@ def test_runner_turn_with_a_tool_is_verified(env: tuple[Gateway, FakeUpstream]) 
     result = _run(gw, "good")
     assert result.final_output == GOOD
     assert [r.path for r in up.requests] == ["/v1/responses", "/v1/responses"]
+    assert ENCRYPTED in up.requests[0].json()["include"]
     second = up.requests[1].json()
     outputs = [i for i in second["input"] if i.get("type") == "function_call_output"]
     assert [o["call_id"] for o in outputs] == ["call_kb"]

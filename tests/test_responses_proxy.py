@@ -370,8 +370,8 @@ def test_nothing_unverified_reaches_the_client(
     assert PLANTED not in r.text
     final = json.loads(sse_events(r.content)[-1][1])["response"] if stream else r.json()
     reasoning, message = final["output"]  # the unknown item type is dropped
-    assert reasoning == {"id": "rs_fake", "type": "reasoning", "summary": [],
-                         "encrypted_content": "gAAAA-opaque"}
+    # encrypted_content goes out only to a client that asked for it (`include`).
+    assert reasoning == {"id": "rs_fake", "type": "reasoning", "summary": []}
     (ann,) = message["content"][0]["annotations"]
     assert ann == {"type": "url_citation", "url": URL, "start_index": 0, "end_index": 23,
                    "title": ""}
@@ -521,7 +521,7 @@ def test_progressive_after_a_reasoning_item(env: tuple[Gateway, FakeUpstream]) -
     gw, _ = env
     with _client(gw).responses.stream(
         model="gpt-test", input="K7?", instructions=INSTRUCTIONS,
-        extra_headers=_h("reasoned-sse", "prog"),
+        include=["reasoning.encrypted_content"], extra_headers=_h("reasoned-sse", "prog"),
     ) as stream:
         events = list(stream)
         final = stream.get_final_response()

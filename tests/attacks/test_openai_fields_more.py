@@ -339,12 +339,15 @@ REAL_ENCRYPTED = ("gAAAAABo" + "Zk9xQ2-_" * 60 + "Ab/+Yz==")
 
 
 @pytest.mark.parametrize("mode", ["json", "buffer", "progressive"])
-def test_responses_real_encrypted_content_is_kept(
+def test_responses_real_encrypted_content_asked_for_is_kept(
     gateway: GatewayProcess, upstream: Up, mode: Mode
 ) -> None:
-    """Positive control: stateless multi-turn keeps working with real encrypted state."""
+    """Positive control: stateless multi-turn keeps working with real encrypted state, which
+    the client asks for (`include`; tests/attacks/test_responses_encrypted.py: unasked)."""
     b = body(GOOD, before=(rw.reasoning_item(None, id="rs_x", encrypted=REAL_ENCRYPTED),))
-    resp = run_case(gateway, upstream, RESPONSES, mode, _responses(b, mode))
+    req = RESPONSES.request(QUESTION, mode != "json")
+    req["include"] = ["reasoning.encrypted_content"]
+    resp = run_case(gateway, upstream, RESPONSES, mode, _responses(b, mode), request=req)
     assert resp.status == 200, resp.raw[:800]
     item = next(i for i in _final(resp, mode)["output"] if i["type"] == "reasoning")
     assert item["encrypted_content"] == REAL_ENCRYPTED

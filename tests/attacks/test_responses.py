@@ -34,12 +34,13 @@ def _final(resp: RawResponse, mode: Mode) -> Any:
 
 
 @pytest.mark.parametrize("mode", ["json", "buffer", "progressive"])
-def test_encrypted_reasoning_is_kept_and_its_summary_withheld(
+def test_encrypted_reasoning_asked_for_is_kept_and_its_summary_withheld(
     gateway: GatewayProcess, upstream: tuple[str, FakeUpstream], mode: Mode
 ) -> None:
     reasoning = rw.reasoning_item(BAD, id="rs_attack", encrypted=ENCRYPTED)
+    req = request(QUESTION, mode != "json", include=["reasoning.encrypted_content"])
     resp = run_case(gateway, upstream, RESPONSES, mode, _behaviour(body(GOOD, before=(
-        reasoning,)), mode))
+        reasoning,)), mode), request=req)
     assert resp.status == 200, resp.raw[:800]
     assert_no_leak(resp)
     item = next(i for i in _final(resp, mode)["output"] if i["type"] == "reasoning")

@@ -32,8 +32,10 @@ from gateway.context import DEFAULT_TRUST, Trust, read_tags
 from gateway.types import Chunk, ContextSet
 
 __all__ = [
+    "ENCRYPTED_INCLUDE",
     "RESULTS_INCLUDE",
     "client_request",
+    "client_wants_encrypted",
     "client_wants_results",
     "file_search_chunks",
     "file_search_enabled",
@@ -47,6 +49,7 @@ __all__ = [
 ]
 
 RESULTS_INCLUDE = "file_search_call.results"
+ENCRYPTED_INCLUDE = "reasoning.encrypted_content"
 _TOOL_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 # The trust role of each Responses message role; `assistant` (earlier model output) is never
 # read. Any other role is no Responses role: matching a trust role by name (a chat `tool`
@@ -57,6 +60,11 @@ _ROLES = {"system": "system", "developer": "developer", "user": "user"}
 # results are then removed from the client's copy (the safe side).
 _CLIENT_RESULTS: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "citewarden_responses_client_results", default=False
+)
+# Did it ask for reasoning items' `encrypted_content`? The API answers it only then, and no
+# shape check tells base64 from words joined by `_` or CamelCase: unasked, it is withheld.
+_CLIENT_ENCRYPTED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "citewarden_responses_client_encrypted", default=False
 )
 
 
@@ -100,6 +108,10 @@ def client_wants_results() -> bool:
 
 def set_client_wants_results(value: bool) -> None:
     _CLIENT_RESULTS.set(value)
+
+
+def client_wants_encrypted() -> bool:
+    return _CLIENT_ENCRYPTED.get()
 
 
 def _texts(content: object) -> Iterator[str]:
@@ -231,19 +243,35 @@ def instructions_context(
         _items_context(instructions, ctx, pattern, trust)
 
 
-def _query_includes(path_qs: str) -> bool:
+def _query_includes(path_qs: str, value: str = RESULTS_INCLUDE) -> bool:
     query = path_qs.partition("?")[2]
     pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
-    return any(k in ("include", "include[]") and v == RESULTS_INCLUDE for k, v in pairs)
+    return any(k in ("include", "include[]") and v == value for k, v in pairs)
+
+
+def _body_includes(raw: bytes, value: str) -> bool:
+    """Whether a request body's `include` list names `value` (parsed only when it may)."""
+    if value.encode() not in raw:
+        return False
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return False
+    include = body.get("include") if isinstance(body, dict) else None
+    return isinstance(include, list) and value in include
 
 
 def forward_body(raw: bytes, path_qs: str, spec: Any, *, shadow: bool = False) -> bytes:
     """The request body to forward, and this exchange's record of whether the client asked for
-    file_search results. With `response` among the context sources, a create request gets
-    `include: ["file_search_call.results"]` added — except in shadow mode, which forwards the
-    upstream's answer as it is and so must not change what the upstream answers. A body that
-    is not a JSON object is forwarded as is (the upstream answers it)."""
+    file_search results and for reasoning's `encrypted_content`. With `response` among the
+    context sources, a create request gets `include: ["file_search_call.results"]` added —
+    except in shadow mode, which forwards the upstream's answer as it is and so must not change
+    what the upstream answers. A body that is not a JSON object is forwarded as is (the
+    upstream answers it)."""
     remember_request(raw)
+    _CLIENT_ENCRYPTED.set(
+        _query_includes(path_qs, ENCRYPTED_INCLUDE) or _body_includes(raw, ENCRYPTED_INCLUDE)
+    )
     if not raw.strip():
         set_client_wants_results(_query_includes(path_qs))
         return raw

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.protocols.base import Framer, field_allowed
+from gateway.protocols.openai_responses.context import client_wants_encrypted
 from gateway.protocols.openai_responses.fields import ITEM_KEYS, ITEM_SHAPES, shape_ok
 from gateway.protocols.openai_responses.parse import parse_body, text_parts, top_unknown
 from gateway.protocols.openai_responses.render import (
@@ -45,6 +46,8 @@ def _known_head(resp: Mapping[str, Any]) -> Json:
 
 def _known_item(item: Mapping[str, Any]) -> Json:
     keys = ITEM_KEYS.get(str(item.get("type")), frozenset())
+    if not client_wants_encrypted():
+        keys = keys - {"encrypted_content"}
     return {k: v for k, v in item.items() if k in keys and shape_ok(ITEM_SHAPES, k, v)}
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from gateway.errors import ProtocolError
-from gateway.protocols.openai_responses.context import client_request
+from gateway.protocols.openai_responses.context import client_request, client_wants_encrypted
 from gateway.protocols.openai_responses.fields import (
     ANNOTATION_KEYS,
     ANNOTATION_SHAPES,
@@ -234,7 +234,9 @@ def parse_body(body: Mapping[str, object]) -> Answer:
             unknown.append(("output", i))
             continue
         for key, value in item.items():
-            if key not in known or not shape_ok(ITEM_SHAPES, key, value):
+            if key not in known or not shape_ok(ITEM_SHAPES, key, value) or (
+                key == "encrypted_content" and value is not None and not client_wants_encrypted()
+            ):
                 unknown.append(("output", i, key))
         if itype == "message":
             content = item.get("content")

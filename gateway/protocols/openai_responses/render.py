@@ -169,8 +169,9 @@ def released_body(
         if itype in TOOL_ITEMS and ch.tool_calls == "withhold":
             gone.add(i)
         if itype == "reasoning" and ch.reasoning == "withhold":
-            # Readable reasoning is withheld; the opaque encrypted_content stays, so a client
-            # can send the item back on its next turn (stateless multi-turn).
+            # Readable reasoning is withheld; an opaque encrypted_content the client asked for
+            # stays (parse.py drops an unasked one), so it can send the item back on its next
+            # turn (stateless multi-turn).
             item["summary"] = []
             item.pop("content", None)
         if itype == "file_search_call" and not want_results and item.get("results") is not None:
