@@ -442,7 +442,10 @@ class ProgressiveRelease:
             text = template_text(outcome, self.pipeline.policy.release.templates)
             return self._abstain(outcome, self.framer.template_body(text or ""))
         self.closed = True
-        self.decision = outcome.decision.value
+        # Claims went out, so an abstention can no longer be streamed: the client gets the
+        # error event a block ends with, and the audit line says so (a review is still
+        # requested from the outcome).
+        self.decision = Decision.BLOCKED.value
         self.outcome = outcome
         reason = outcome.reason or "unverified"
         message = template_text(outcome, self.pipeline.policy.release.templates) or (

@@ -4,6 +4,9 @@ request (DESIGN §5). The real OpenAI and Anthropic SDKs through a real gateway 
 
 from __future__ import annotations
 
+import io
+import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.audit import configure_logging, reset_logging
 from gateway.policy import Templates
 from tests.gateway_harness import Gateway, run_gateway, write_policy
 from tests.upstream_app import (
@@ -173,6 +177,31 @@ def test_failure_after_text_went_out_still_ends_with_an_error(
                     received += chunk.choices[0].delta.content or ""
     assert received == GOOD
     assert MARKER not in received
+
+
+def test_a_failure_after_text_went_out_is_audited_as_what_the_client_got(
+    gateways: dict[str, Gateway],
+) -> None:
+    """The client got claims and then an error event, not the abstention template: the audit
+    line says `blocked`, not `abstained`."""
+    buf = io.StringIO()
+    configure_logging(stream=buf)
+    try:
+        r = httpx.post(gateways["abstain"].url + "/v1/chat/completions", json={
+            "model": "m", "stream": True, "messages": _oa_messages("oa-sse-late"),
+        })
+        assert "citation_verification_failed" in sse_events(r.content)[-1][1]
+        rid = r.headers["x-request-id"]
+        deadline = time.monotonic() + 3.0
+        lines: list[dict[str, Any]] = []
+        while not lines and time.monotonic() < deadline:
+            lines = [json.loads(x) for x in buf.getvalue().splitlines()
+                     if '"audit"' in x and rid in x]
+            time.sleep(0.01)
+    finally:
+        reset_logging()
+    (line,) = lines
+    assert (line["decision"], line["reason"]) == ("blocked", "hallucinated_citation")
 
 
 @pytest.mark.parametrize("key", ["oa-sse-hallucinated", "an-sse-hallucinated"])
