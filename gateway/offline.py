@@ -90,10 +90,15 @@ def _pick_route(
     raise InputError(f"the policy has no {protocol} route; name one with --route")
 
 
-def _route_path(route: Route) -> str:
-    """The path a request on `route` has, as far as its match says (the glob itself: Gemini and
-    Bedrock read a stream request from the path's last segment); "" when it does not say."""
-    return route.match.path or route.match.path_glob or ""
+def _looks_like_stream(path: str, data: bytes, pipeline: RoutePipeline) -> bool:
+    """A capture the request does not classify: an `.sse` file, text that starts as SSE does,
+    or (Bedrock) a binary event stream, never a JSON object."""
+    if path.endswith(".sse"):
+        return True
+    head = data.lstrip()[:16]
+    if head.startswith((b"data:", b"event:", b":", b"id:")):
+        return True
+    return pipeline.codec is not SSE_CODEC and not head.startswith(b"{")
 
 
 def verify_exchange(
@@ -170,15 +175,20 @@ def _verify(
     request = _json(request_raw, "request", request_path, "the proxy answers 400")
     up_headers = [] if response_headers_path is None else _headers(response_headers_path)
     raw = _read(response_path, "response")
-    # JSON or stream is the request's choice, as in the proxy: its body (`stream: true`) or,
-    # for Gemini and Bedrock, its path. A capture of the other kind is refused as there.
+    # JSON or stream is the request's choice where it says (the proxy refuses a capture of the
+    # other kind): its body's `stream`, or for Gemini and Bedrock the path `--path` gives.
+    # Where it does not say, the capture does (DESIGN §1: a JSON body or an `.sse` capture).
     info = adapter.request_info(request)
-    by_path = adapter.streams_by_path(path if path is not None else _route_path(route))
-    stream = info.stream if by_path is None else by_path
-    kind = "a stream" if stream else "JSON"
-    refused = f"{REFUSED}; the request asks for {kind}"
-    if path is None and by_path is not None:
-        refused += ", by the route's path (--path gives the request's)"
+    by_path = None if path is None else adapter.streams_by_path(path)
+    if by_path is not None:
+        stream, said = by_path, f"by its path {path}"
+    elif adapter.streams_by_path("") is None and isinstance(request.get("stream"), bool):
+        stream, said = info.stream, "by its body"
+    else:
+        stream, said = _looks_like_stream(response_path, raw, pipeline), ""
+    refused = REFUSED
+    if said:
+        refused += f"; the request asks for {'a stream' if stream else 'JSON'} {said}"
     # What the client itself asked for (Responses `include`) is learnt from the request.
     adapter.forward_body(request_raw, path or "", loaded.policy)
     headers = dict(up_headers)

@@ -204,18 +204,37 @@ def test_a_capture_of_the_other_kind_is_refused_as_the_proxy_refuses_it(
     tmp_path: Path, stream: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
     policy = _policy(tmp_path)
-    # The capture is the other kind than the request asked for.
+    # The capture is the other kind than the request explicitly asked for.
     body, ctype, name = (
         (chat_json(GOOD), "application/json", "response.json") if stream
         else (chat_sse("Employees get 25 days ", "of paid annual leave per year [hr:leave]."),
               "text/event-stream", "response.sse")
     )
-    seen = through_proxy(policy, "/v1/chat/completions", chat_request(stream), body, ctype)
+    request = {**chat_request(stream), "stream": stream}
+    seen = through_proxy(policy, "/v1/chat/completions", request, body, ctype)
     assert seen.status == 502, seen.body
-    req, resp = files(tmp_path, chat_request(stream), body, name)
+    req, resp = files(tmp_path, request, body, name)
     v = run_verify(policy, "openai-chat", req, resp, capsys=capsys)
     assert v.code == 2, v.report
     assert "502" in v.stderr
+
+
+@pytest.mark.parametrize("kind", ["json", "sse"])
+def test_a_request_that_does_not_say_takes_the_captures_kind(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DESIGN §1: RESP is a JSON body or an `.sse` capture; a request without `stream` (or a
+    Gemini request without --path) does not contradict either, so the capture decides."""
+    policy = _policy(tmp_path)
+    if kind == "json":
+        body, name = chat_json(GOOD), "response.json"
+    else:
+        body = chat_sse("Employees get 25 days ", "of paid annual leave per year [hr:leave].")
+        name = "response.sse"
+    req, resp = files(tmp_path, chat_request(), body, name)
+    v = run_verify(policy, "openai-chat", req, resp, capsys=capsys)
+    assert (v.code, v.report["decision"]) == (0, "released"), (v.report, v.stderr)
+    assert (v.report["streaming"] is None) is (kind == "json")
 
 
 GEMINI_REQUEST: dict[str, object] = {
@@ -249,8 +268,10 @@ def test_gemini_streams_when_its_path_says_so(
     v = run_verify(policy, "gemini", req, resp, "--path", "/v1beta/models/g:generateContent",
                    capsys=capsys)
     assert v.code == 2 and "502" in v.stderr, v.report
-    v = run_verify(policy, "gemini", req, resp, capsys=capsys)  # the first gemini route's path
-    assert v.code == 2 and "502" in v.stderr, v.report
+    # Without --path the request does not say: the capture does (DESIGN §1).
+    v = run_verify(policy, "gemini", req, resp, capsys=capsys)
+    assert v.report["decision"] == "released", (v.report, v.stderr)
+    assert v.report["streaming"] is not None
     # The stream path: verify picks the route the proxy routes it to, and reads a stream.
     path = "/v1beta/models/g:streamGenerateContent?alt=sse"
     seen = through_proxy(policy, path, GEMINI_REQUEST, body, "text/event-stream")
