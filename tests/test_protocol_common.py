@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextvars
 import json
+from typing import Any
 
 import anthropic.types
 import cohere.v2.types
@@ -14,7 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import ProtocolError
+from gateway.policy import ContextSpec
 from gateway.protocols import ADAPTERS, get
+from gateway.protocols.openai_responses import context as rctx
 from gateway.types import Decision, Outcome, Report
 from tests.bedrock_wire import boto_parse
 from tests.test_protocol_helpers import (
@@ -113,8 +117,14 @@ def test_every_fixture_parses(protocol: str, name: str) -> None:
 
 @pytest.mark.parametrize(("protocol", "sse", "body"), SSE_PAIRS)
 def test_sse_capture_equals_json(protocol: str, sse: str, body: str) -> None:
-    streamed = summary(parse_stream(protocol, [raw(protocol, sse)]))
-    whole = summary(parse_json(protocol, body))
+    def both() -> tuple[Any, Any]:
+        # A capture with reasoning's encrypted_content answers a client that asked for it.
+        asked = b'{"include": ["reasoning.encrypted_content"]}'
+        rctx.forward_body(asked, "/v1/responses", ContextSpec())
+        return (summary(parse_stream(protocol, [raw(protocol, sse)])),
+                summary(parse_json(protocol, body)))
+
+    streamed, whole = contextvars.Context().run(both)
     if protocol == "openai-chat" and sse == "hallucinated.sse":  # no include_usage
         assert streamed[3] == {}
         streamed, whole = streamed[:3], whole[:3]
