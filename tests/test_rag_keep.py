@@ -207,6 +207,32 @@ def test_a_keep_entry_never_names_the_answer_or_the_context(tmp_path: Path, poin
     assert "p.yaml:" in str(info.value)  # file:line
 
 
+@pytest.mark.parametrize(
+    ("rag", "named"),
+    [
+        ("{claims: /claims, context: /claims}", "claims"),
+        ("{answer: /results/0/text, context: /results}", "answer"),
+        ("{answer: /answer, context: /answer/sources}", "answer"),
+        ("{answer: /a, claims: /out, context: /out/0/refs}", "claims"),
+    ],
+)
+def test_the_context_never_names_the_answer_or_the_claims(
+    tmp_path: Path, rag: str, named: str
+) -> None:
+    """The model's own text as its context would let a claim cite itself and verify."""
+    from gateway.errors import PolicyError
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text(
+        "name: overlap\nroutes:\n  - name: kb\n    match: {path_prefix: /rag/}\n"
+        f"    protocol: rag-json\n    rag: {rag}\n"
+    )
+    with pytest.raises(PolicyError) as info:
+        load_policy(policy)
+    message = str(info.value)
+    assert "p.yaml:6:" in message and "rag.context" in message and f"rag.{named}" in message
+
+
 def test_shipped_rag_policy_documents_keep() -> None:
     loaded = load_policy(Path(__file__).parent.parent / "policies" / "rag-json.yaml")
     rag = loaded.policy.routes[0].rag

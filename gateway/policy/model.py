@@ -148,6 +148,18 @@ class RagSpec(_Model):
                     raise KeyedValueError(
                         ("keep",), f"rag.keep entry {pointer!r} overlaps rag.{name} {other!r}"
                     )
+        # Context that is, holds or lies in the model's own answer or claims would let a claim
+        # cite itself: everything invented would verify.
+        if self.context is not None:
+            for name in ("answer", "claims"):
+                other = getattr(self, name)
+                if other is not None and _overlap(jsonpointer.parse(self.context),
+                                                  jsonpointer.parse(other)):
+                    raise KeyedValueError(
+                        ("context",),
+                        f"rag.context {self.context!r} overlaps rag.{name} {other!r}: the "
+                        "model's own text would be its context",
+                    )
         return self
 
     @field_validator("keep")
