@@ -24,6 +24,7 @@ __all__ = [
     "NAME",
     "TEXT",
     "citation_target",
+    "content_index",
     "parse_body",
     "text_items",
     "valid_sources",
@@ -39,6 +40,19 @@ Path = tuple[str | int, ...]
 
 def _int(value: object) -> int | None:
     return value if type(value) is int else None
+
+
+def content_index(citation: Mapping[str, Any]) -> int | None:
+    """A citation's `content_index`: None when absent (the first item of its kind), else a
+    non-negative integer. Any other value (`true`, `"0"`, `-1`, `0.0`) names no item for sure
+    (`true == 1` in one reader, absent in another), so it is refused, in a body and a stream
+    alike."""
+    v = citation.get("content_index")
+    if v is None:
+        return None
+    if type(v) is not int or v < 0:
+        raise ProtocolError("cohere-chat: a citation's content_index is not an index")
+    return v
 
 
 def _content(body: Mapping[str, Any]) -> list[Any]:
@@ -213,6 +227,10 @@ def _check_shape(body: Mapping[str, object]) -> None:
         kind = item["type"]
         if kind in ("text", "thinking") and not isinstance(item.get(kind), str):
             raise ProtocolError(f"cohere-chat: a {kind} item without its text")
+    citations = message.get("citations")
+    for c in citations if isinstance(citations, list) else []:
+        if isinstance(c, Mapping):
+            content_index(c)
 
 
 def parse_body(body: Mapping[str, object]) -> Answer:

@@ -3,7 +3,9 @@ JSON API would have sent, sans-io: `feed(event) -> text deltas`, `finish() -> An
 
 Text of a `text` item is handed on only up to the end of the last citation seen for it (all
 of it at `content-end`): a citation follows the text it cites, and a claim verifier that
-judges a claim as soon as the next one begins must see that claim's citations. A `message-end`
+judges a claim as soon as the next one begins must see that claim's citations. A citation that
+ends past the text received so far for its item (or names no text item yet) fails the stream,
+since it would lift that hold. A `message-end`
 that reports an error (`finish_reason: ERROR`, `delta.error`) fails the stream; event types and
 keys the adapter does not know are recorded as unknown fields, so such a stream is re-framed.
 """
@@ -17,7 +19,14 @@ from typing import Any
 from gateway.errors import ProtocolError
 from gateway.protocols.base import StreamParser, TextDelta, channel_key
 from gateway.protocols.cohere.fields import EVENT_KEYS
-from gateway.protocols.cohere.parse import MISMATCH, NAME, TEXT, parse_body, valid_sources
+from gateway.protocols.cohere.parse import (
+    MISMATCH,
+    NAME,
+    TEXT,
+    content_index,
+    parse_body,
+    valid_sources,
+)
 from gateway.protocols.fields import loads_unique
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Citation
@@ -327,17 +336,21 @@ class CohereStreamParser(StreamParser):
         if not isinstance(citation, dict):
             raise ProtocolError(f"{NAME}: citation-start without a citation")
         self._citations[j] = copy.deepcopy(citation)
+        ci = content_index(citation)
         if citation.get("type", "TEXT_CONTENT") != "TEXT_CONTENT":
             return []
-        ci = citation.get("content_index")
         if ci is None:
             ci = next((i for i, it in sorted(self._items.items()) if it.kind == "text"), None)
-        item = self._items.get(ci) if type(ci) is int else None
+        item = self._items.get(ci) if ci is not None else None
         end = citation.get("end")
-        if item is None or item.kind != "text" or type(end) is not int:
-            return []  # the assembled body is judged as a whole; it fails there
+        if (ci is None or item is None or item.kind != "text"
+                or type(end) is not int or end > item.length):
+            # A citation follows the text it cites, and the hold relies on it: one whose
+            # end lies past the text received so far (or that names no text item yet) would
+            # release a claim before its own citations were seen.
+            raise ProtocolError(f"{NAME}: a citation ahead of its text")
         item.cited = max(item.cited, end)
-        return self._release(ci, item, item.cited)  # type: ignore[arg-type]
+        return self._release(ci, item, item.cited)
 
     # -- the whole answer --------------------------------------------------------------------
 
@@ -394,7 +407,7 @@ class CohereStreamParser(StreamParser):
         for c in self._citations.values():
             if c.get("type", "TEXT_CONTENT") != "TEXT_CONTENT":
                 continue
-            ci = c.get("content_index")
+            ci = content_index(c)
             if ci is None or ci == i:
                 out.append(c)
         return item.text(), out
