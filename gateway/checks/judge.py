@@ -7,18 +7,21 @@ one per claim with all its chunks; `answer`: one call — and every verdict is m
 id the gateway gave it. A claim passes when one of its cited chunks says YES (with `claim` /
 `answer`, when its own verdict is YES); PARTIAL counts as YES only with `on_partial: pass`. A
 call that fails, times out or answers out of shape is an infrastructure error for its claims.
+A verdict is cached under a key covering all its call showed the judge (`JudgePass.plan`), and
+a claim shown the end user's question is judged in a call of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.checks.support import content_words
-from gateway.judge.cache import CacheKeys
+from gateway.judge.cache import CacheKeys, VerdictCache
 from gateway.judge.client import (
     CallRecord,
     JudgeClient,
@@ -174,11 +177,19 @@ class JudgePass:
         client: JudgeClient | None = None,
     ) -> tuple[list[_Call], dict[int, dict[str, str]]]:
         """The calls to make, and the verdicts the cache already has
-        ({claim index: {chunk id | WHOLE: label}})."""
+        ({claim index: {chunk id | WHOLE: label}}).
+
+        A verdict is cached under a key that covers everything its call showed the judge: an
+        LLM judge may follow the words of any text in its prompt, so a verdict from a call that
+        held other claims (or a question) is reused only for that same call, never for its
+        claim alone or in other company. A unit's own key (claim, its chunks, the question it
+        was shown) is looked up first: it holds only verdicts of calls that asked that unit
+        alone. The units it misses are grouped per `group_by`; a unit shown the end user's
+        question gets a call of its own, so the question reaches no other claim's verdict."""
         cache = (client or self.client).cache
         known: dict[int, dict[str, str]] = {p.index: {} for p in pending}
         calls: list[_Call] = []
-        groups: dict[str | int, _Call] = {}  # by chunk id, claim index or "" (the answer)
+        groups: dict[str | int | tuple[int, str], _Call] = {}  # by chunk id, claim index, ...
         group = self._group
         keys = self.keys.fresh()  # chunks cited twice hashed once
         for p in pending:
@@ -199,8 +210,11 @@ class JudgePass:
                     if hit[1]:
                         stats.rationales.setdefault(index, []).append(hit[1])
                     continue
-                stats.cache_misses += 1
-                gkey = unit if group == "chunk" else index if group == "claim" else ""
+                gkey: str | int | tuple[int, str]
+                if q is not None:
+                    gkey = (index, unit)  # the question shares no call with another claim
+                else:
+                    gkey = unit if group == "chunk" else index if group == "claim" else ""
                 call = groups.get(gkey) if group is not None else None
                 if call is None:
                     call = _Call({}, [], {})
@@ -211,7 +225,44 @@ class JudgePass:
                 cid = f"c{len(call.items) + 1}"
                 call.items.append(CallItem(cid, claim, ids, q))
                 call.targets[cid] = (index, unit, key)
+        if self.backend != "tei":  # a classifier scores each pair on its own: no company
+            calls = [c for c in calls if not self._shared_hit(c, cache, known, stats)]
+        stats.cache_misses += sum(len(c.items) for c in calls)
         return calls, known
+
+    @staticmethod
+    def _shared_hit(
+        call: _Call, cache: VerdictCache, known: dict[int, dict[str, str]], stats: JudgeStats
+    ) -> bool:
+        """Key a call of several claims by all it shows, and settle it from the cache when
+        every verdict of that same call is there (True: no call needed)."""
+        if len(call.items) < 2 or cache.entries <= 0:
+            return False
+        # The units' own keys, in the order shown, cover every claim, chunk text and question
+        # of the call, and the cited ids name the passages; a position tells apart two claims
+        # of the same text.
+        whole = hashlib.blake2b(digest_size=20, person=b"judge call")
+        for item, (_, _, key) in zip(call.items, call.targets.values(), strict=True):
+            whole.update(key + len(item.chunks).to_bytes(4, "big"))
+            for cid in item.chunks:
+                b = cid.encode("utf-8", "surrogatepass")
+                whole.update(len(b).to_bytes(8, "big") + b)
+        hits: list[tuple[int, str, tuple[str, str] | None]] = []
+        for n, (cid, (index, unit, _)) in enumerate(call.targets.items()):
+            h = whole.copy()
+            h.update(n.to_bytes(4, "big"))
+            key = h.digest()
+            call.targets[cid] = (index, unit, key)
+            hits.append((index, unit, cache.get(key)))
+        if any(hit is None for _, _, hit in hits):
+            return False
+        for index, unit, hit in hits:
+            assert hit is not None
+            stats.cache_hits += 1
+            known[index][unit] = hit[0]
+            if hit[1]:
+                stats.rationales.setdefault(index, []).append(hit[1])
+        return True
 
     # -- calls -------------------------------------------------------------------------------
 
