@@ -17,7 +17,7 @@ from gateway.protocols.openai_chat.context import numeric_route
 from gateway.protocols.openai_chat.fields import BODY_TABLE, REASONING_KEYS, SEARCH_KEYS
 from gateway.types import Answer, Channel
 
-__all__ = ["NAME", "parse_body"]
+__all__ = ["NAME", "is_index", "parse_body"]
 
 NAME = "openai-chat"
 
@@ -61,6 +61,27 @@ def _drop_search_lists(kept: Json, log: FieldLog) -> None:
     log.unknown[:] = [(lv, p) for lv, p in log.unknown if p[0] not in SEARCH_KEYS]
 
 
+def is_index(v: object) -> bool:
+    """A choice's or a tool call's `index`: a non-negative integer. A bool is not one: a dict
+    keyed by index reads `false` as 0, a channel name as `False`."""
+    return type(v) is int and v >= 0
+
+
+def _check_indices(choice: Mapping[str, object], ci: int) -> None:
+    """An index the body carries (the choice's; a tool call's, which some servers copy from
+    the stream) is an integer, or the answer is refused: the stream parser refuses the same
+    values, so both modes of a route give one answer."""
+    if choice.get("index") is not None and not is_index(choice["index"]):
+        raise ProtocolError(f"openai-chat: choice {ci} has an index that is not an integer")
+    message = choice["message"]
+    calls = message.get("tool_calls") if isinstance(message, Mapping) else None
+    for call in calls if isinstance(calls, list) else []:
+        if (isinstance(call, Mapping) and call.get("index") is not None
+                and not is_index(call["index"])):
+            raise ProtocolError(f"openai-chat: a tool call of choice {ci} has an index that "
+                                "is not an integer")
+
+
 def parse_body(body: Mapping[str, object]) -> Answer:
     if not isinstance(body, Mapping):
         raise ProtocolError("openai-chat: response body is not a JSON object")
@@ -73,6 +94,7 @@ def parse_body(body: Mapping[str, object]) -> Answer:
     for ci, choice in enumerate(raw_choices):
         if not isinstance(choice, Mapping) or not isinstance(choice.get("message"), Mapping):
             raise ProtocolError(f"openai-chat: choice {ci} has no message object")
+        _check_indices(choice, ci)
     log = FieldLog()
     kept: Json = clean(BODY_TABLE, dict(body), log)  # type: ignore[assignment]
     choices = kept.get("choices")

@@ -27,7 +27,7 @@ from gateway.protocols.openai_chat.chunks import (
 )
 from gateway.protocols.openai_chat.context import numeric_route, search_chunks
 from gateway.protocols.openai_chat.fields import FRAME_TABLE, REASONING_KEYS, SEARCH_KEYS
-from gateway.protocols.openai_chat.parse import parse_body
+from gateway.protocols.openai_chat.parse import is_index, parse_body
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Chunk, Citation, ContextSet
 
@@ -248,13 +248,13 @@ class OpenAIStreamParser(StreamParser):
             raise ProtocolError("openai-chat: stream chunk has no choices list")
         if len(choices) == 1:  # the usual chunk: no list to merge
             c = choices[0]
-            if not isinstance(c, dict) or not isinstance(c.get("index"), int):
-                raise ProtocolError("openai-chat: stream choice without index")
+            if not isinstance(c, dict) or not is_index(c.get("index")):
+                raise ProtocolError("openai-chat: stream choice without an integer index")
             return self._choice(c)
         out: list[TextDelta] = []
         for c in choices:
-            if not isinstance(c, dict) or not isinstance(c.get("index"), int):
-                raise ProtocolError("openai-chat: stream choice without index")
+            if not isinstance(c, dict) or not is_index(c.get("index")):
+                raise ProtocolError("openai-chat: stream choice without an integer index")
             out.extend(self._choice(c))
         return out
 
@@ -263,8 +263,7 @@ class OpenAIStreamParser(StreamParser):
         st = self._choices.get(i)
         if st is None:
             st = self._choices[i] = _ChoiceState(i)
-        # An index of true shares choice 1's state but keeps its own name in the keys.
-        keys = st.keys if type(i) is int else _channel_keys(i)
+        keys = st.keys
         out: list[TextDelta] = []
         finish = c.get("finish_reason")
         if finish is not None:
@@ -424,8 +423,8 @@ class OpenAIStreamParser(StreamParser):
                 self._dropped.append(("content_chunk", (*path, k)))
 
     def _tool_delta(self, st: _ChoiceState, i: int, tc: object) -> list[TextDelta]:
-        if not isinstance(tc, dict) or not isinstance(tc.get("index"), int):
-            raise ProtocolError("openai-chat: tool call delta without index")
+        if not isinstance(tc, dict) or not is_index(tc.get("index")):
+            raise ProtocolError("openai-chat: tool call delta without an integer index")
         fn = tc.get("function")
         if fn is None:
             fn = {}
