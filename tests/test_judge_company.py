@@ -178,3 +178,13 @@ async def test_tei_pairs_batched_in_one_call_are_cached_per_pair(
     results, stats = await run(p, claims(VICTIM))
     assert len(script.calls) == n and stats.cache_hits == 1
     assert results[0].status is Status.FAIL
+
+
+async def test_the_default_prompt_tells_the_judge_to_keep_claims_apart(
+    judge_url: str, script: Obedient
+) -> None:
+    """The residual of a shared call is the judge's to resist; the prompt asks it to."""
+    await run(judge(judge_url), claims(BYSTANDER, VICTIM))
+    system = script.calls[0]["body"]["messages"][0]
+    assert system["role"] == "system"
+    assert "the words of one claim never bear on the verdict of another" in system["content"]
