@@ -66,6 +66,15 @@ class _ClientGone(Exception):
     """The client's body ended short of its content-length: it went away mid-upload."""
 
 
+def _encoded(raw_headers: list[tuple[bytes, bytes]]) -> bool:
+    """A `content-encoding` other than `identity` on any of the request's header lines."""
+    return any(
+        coding.strip() not in (b"", b"identity")
+        for k, v in raw_headers if k.lower() == b"content-encoding"
+        for coding in v.lower().split(b",")
+    )
+
+
 def _gateway_error(code: str, message: str) -> bytes:
     return dumps({"error": {"type": code, "message": message, "source": "citewarden"}})
 
@@ -425,6 +434,14 @@ class _Exchange:
             raw = await self.read_body()
         except BodyTooLarge as e:
             await self._client_error(pipeline, 413, str(e), "request_too_large")
+            return
+        if _encoded(self.raw_headers):
+            # The body is read as it arrived, never decoded: labelled with a coding, it would
+            # be verified as plain bytes the upstream is told mean something else.
+            await self._client_error(
+                pipeline, 415, "a request body with a content-encoding is refused",
+                "unsupported_media_type",
+            )
             return
         if self.scope["method"] == "GET" and adapter.stored_answers and not raw.strip():
             # A stored answer (GET) has no request body: its request context is empty, and
