@@ -7,8 +7,7 @@ one per claim with all its chunks; `answer`: one call — and every verdict is m
 id the gateway gave it. A claim passes when one of its cited chunks says YES (with `claim` /
 `answer`, when its own verdict is YES); PARTIAL counts as YES only with `on_partial: pass`. A
 call that fails, times out or answers out of shape is an infrastructure error for its claims.
-A verdict is cached under a key covering all its call showed the judge (`JudgePass.plan`), and
-a claim shown the end user's question is judged in a call of its own.
+A verdict is cached under a key covering all its call showed the judge (`JudgePass.plan`).
 """
 
 from __future__ import annotations
@@ -184,12 +183,13 @@ class JudgePass:
         held other claims (or a question) is reused only for that same call, never for its
         claim alone or in other company. A unit's own key (claim, its chunks, the question it
         was shown) is looked up first: it holds only verdicts of calls that asked that unit
-        alone. The units it misses are grouped per `group_by`; a unit shown the end user's
-        question gets a call of its own, so the question reaches no other claim's verdict."""
+        alone. The units it misses are grouped per `group_by` (DESIGN §10); within one call the
+        words of one claim, or of the question shown with a short one, may still sway another's
+        verdict (a documented residual that `group_by: claim` removes), but never beyond it."""
         cache = (client or self.client).cache
         known: dict[int, dict[str, str]] = {p.index: {} for p in pending}
         calls: list[_Call] = []
-        groups: dict[str | int | tuple[int, str], _Call] = {}  # by chunk id, claim index, ...
+        groups: dict[str | int, _Call] = {}  # by chunk id, claim index or "" (the answer)
         group = self._group
         keys = self.keys.fresh()  # chunks cited twice hashed once
         for p in pending:
@@ -210,11 +210,7 @@ class JudgePass:
                     if hit[1]:
                         stats.rationales.setdefault(index, []).append(hit[1])
                     continue
-                gkey: str | int | tuple[int, str]
-                if q is not None:
-                    gkey = (index, unit)  # the question shares no call with another claim
-                else:
-                    gkey = unit if group == "chunk" else index if group == "claim" else ""
+                gkey = unit if group == "chunk" else index if group == "claim" else ""
                 call = groups.get(gkey) if group is not None else None
                 if call is None:
                     call = _Call({}, [], {})

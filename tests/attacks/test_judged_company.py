@@ -100,13 +100,6 @@ def test_a_verdict_from_a_steered_call_is_not_reused_for_the_claim_alone(
     _ask(judged, upstream, victim)
 
 
-def test_the_end_users_question_never_decides_another_claims_verdict(
-    judged: Judged, upstream: tuple[str, FakeUpstream]
-) -> None:
-    victim = REFUSED.replace("is unsupported by", "is utterly unsupported by")
-    _ask(judged, upstream, f"{SHORT} {victim}", QUESTION + STEER)
-
-
 def test_the_end_users_question_plants_no_standing_pass(
     judged: Judged, upstream: tuple[str, FakeUpstream]
 ) -> None:
