@@ -101,10 +101,13 @@ TEXT0 = [block(0, {"type": "text", "text": ""}), text(0, "One."), stop(0)]
         [start(), *TEXT0, text(0, PLANT)],
         [start(), *TEXT0, stop(0)],
         [start(), text(0, PLANT)],
+        # an index that is no index: `false` == 0 would key the block's channels `False`
+        [start(), block(False, {"type": "text", "text": ""}), text(False, "One."), stop(False)],
+        [start(), *TEXT0, block(True, {"type": "text", "text": ""}), text(True, "Two.")],
     ],
     ids=["reused", "reused-start-text", "skipped", "second-message-start", "interleaved",
          "text-on-thinking", "thinking-on-text", "json-on-text", "citation-on-tool",
-         "delta-after-stop", "stop-twice", "delta-of-no-block"],
+         "delta-after-stop", "stop-twice", "delta-of-no-block", "false-index", "true-index"],
 )
 def test_a_stream_the_sdks_read_otherwise_fails(events: list[Obj]) -> None:
     with pytest.raises(ProtocolError):

@@ -378,6 +378,17 @@ def test_candidates_of_one_number_are_refused(indices: tuple[int | None, int | N
         parse_body({"candidates": cands})
 
 
+@pytest.mark.parametrize("index", [False, True, None, -1, "0", 0.0, 64])
+def test_a_candidate_index_that_is_no_index_is_refused_as_a_stream_refuses_it(
+    index: object,
+) -> None:
+    """`false` would pass for 0 in the body while the stream refuses it: both refuse."""
+    cands = _cands([_chunk(None, "a")])
+    cands[0]["index"] = index
+    with pytest.raises(ProtocolError, match="candidate index"):
+        parse_body({"candidates": cands})
+
+
 @pytest.mark.parametrize("where", ["candidate", "chunk"])
 def test_a_candidate_or_chunk_that_is_no_object_is_refused(where: str) -> None:
     """The field table would drop it and shift the positions chunk ids count."""

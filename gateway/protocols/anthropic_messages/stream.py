@@ -177,8 +177,8 @@ class AnthropicStreamParser(StreamParser):
 
     def _index(self, data: Json) -> int:
         idx = data.get("index")
-        if not isinstance(idx, int):
-            raise ProtocolError("anthropic-messages: content block event without index")
+        if type(idx) is not int or idx < 0:  # `false` would pass for 0 and key channels `False`
+            raise ProtocolError("anthropic-messages: content block event without an index")
         return idx
 
     def _block_start(self, data: Json) -> list[TextDelta]:

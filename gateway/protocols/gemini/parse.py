@@ -88,9 +88,14 @@ def position_id(ci: int, i: int) -> str:
 
 
 def candidate_number(candidate: object, position: int) -> int:
-    """A candidate's `index`, or its position in `candidates` when it has none."""
-    index = candidate.get("index") if isinstance(candidate, Mapping) else None
-    return index if type(index) is int else position
+    """A candidate's `index`, or its position in `candidates` when it has none; any other
+    value than an integer 0–63 is refused, as the stream refuses it (`false` is no 0)."""
+    if not isinstance(candidate, Mapping) or "index" not in candidate:
+        return position
+    index = candidate["index"]
+    if type(index) is not int or not 0 <= index < 64:
+        raise ProtocolError("gemini: a candidate index is out of range")
+    return index
 
 
 def candidate_numbers(candidates: Sequence[Any]) -> list[int]:
@@ -260,9 +265,10 @@ def parse_body(body: Mapping[str, object]) -> Answer:
     answer.dropped.extend(log.dropped)
     # The field table drops a candidate or grounding chunk that is no object, which would
     # shift the positions chunk ids and `groundingChunkIndices` count: refused instead.
-    for cand in candidates or []:
+    for pos, cand in enumerate(candidates or []):
         if not isinstance(cand, Mapping):
             raise ProtocolError("gemini: a candidate is not an object")
+        candidate_number(cand, pos)  # an index the table would drop is refused, as streamed
         if not all(isinstance(chunk, Mapping) for chunk in _chunks(cand)):
             raise ProtocolError("gemini: a grounding chunk is not an object")
     kept_candidates = candidate_list(kept)

@@ -230,7 +230,7 @@ def remap_annotations(
                     moved["end_index"] = new_s + (e - old_s)
                     out.append(moved)
                     break
-        elif isinstance(index := ann.get("index"), int):
+        elif type(index := ann.get("index")) is int:
             k = cited_position(text, index)
             for old_s, old_e, new_s in mapping:
                 if old_s < k <= old_e:
