@@ -319,3 +319,14 @@ def status_of(response: bytes) -> int:
 
 def body_of(response: bytes) -> Any:
     return json.loads(response.split(b"\r\n\r\n", 1)[1])
+
+
+def audits(buf: io.StringIO, n: int = 1, timeout: float = 3.0) -> list[dict[str, object]]:
+    """The audit events in `buf` (the `audit_log` fixture's stream), once there are `n` of
+    them or `timeout` seconds passed: the gateway writes them a moment after its answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = [json.loads(x) for x in buf.getvalue().splitlines() if '"audit"' in x]
+        if len(lines) >= n or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.01)

@@ -7,9 +7,7 @@ Unit tests of gateway/paths.py, then the same through the gateway as `serve` run
 from __future__ import annotations
 
 import io
-import json
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -19,11 +17,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gateway import paths
-from gateway.audit import configure_logging, reset_logging
 from gateway.paths import Glob, refusal, segments
 from tests.edge_harness import (
     Proxy,
     RawUpstream,
+    audits,
     body_of,
     chat_request,
     raw_exchange,
@@ -191,13 +189,6 @@ def test_double_star_covers_the_tree_and_a_literal_only_itself(
 # ------------------------------------------------------------------- through the gateway
 
 
-@pytest.fixture
-def audit_log() -> Iterator[io.StringIO]:
-    buf = io.StringIO()
-    configure_logging(stream=buf)
-    yield buf
-    reset_logging()
-
 
 @pytest.fixture
 def gw(tmp_path: Path, audit_log: io.StringIO) -> Iterator[tuple[Proxy, RawUpstream]]:
@@ -206,13 +197,6 @@ def gw(tmp_path: Path, audit_log: io.StringIO) -> Iterator[tuple[Proxy, RawUpstr
         yield proxy, upstream
 
 
-def _audits(buf: io.StringIO, timeout: float = 2.0, n: int = 1) -> list[dict[str, object]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = [json.loads(x) for x in buf.getvalue().splitlines() if '"audit"' in x]
-        if len(lines) >= n or time.monotonic() > deadline:
-            return lines
-        time.sleep(0.01)
 
 
 def _post(target: bytes, body: bytes) -> bytes:
@@ -242,7 +226,7 @@ def test_the_gateway_refuses_attack_paths_with_400_audited(
     error = body_of(response)["error"]
     assert error["source"] == "citewarden" and error["type"] == "bad_request"
     assert upstream.conns == []
-    (event,) = _audits(audit_log)
+    (event,) = audits(audit_log)
     # Raw bytes outside ASCII stop httptools itself: the gateway's 400 all the same.
     assert event["status"] == 400 and event["reason"] in ("bad_path", "malformed_request")
 
@@ -404,7 +388,7 @@ def test_an_oversize_passthrough_body_is_413_audited_as_an_error(
     assert status_of(response) == 413, response
     assert body_of(response)["error"]["message"].startswith("citewarden: request body over")
     assert upstream.conns == []
-    (event,) = _audits(audit_log)
+    (event,) = audits(audit_log)
     assert (event["decision"], event["reason"], event["status"]) == (
         "error", "request_too_large", 413)
 
@@ -448,7 +432,7 @@ def test_a_refusal_on_a_routed_path_is_in_the_routes_error_envelope(
         assert set(body) == {"message"} and body["message"].startswith("citewarden:")
         assert b"x-amzn-errortype:" in head
     assert upstream.conns == []
-    (event,) = _audits(audit_log)
+    (event,) = audits(audit_log)
     assert (event["decision"], event["reason"], event["status"]) == ("refused", reason, status)
     assert event["route"] in ("messages", "converse")
 
@@ -464,5 +448,5 @@ def test_methods_the_fronted_apis_do_not_use_are_refused(
     assert status_of(response) == 405, response
     assert b"sk-1" not in response
     assert upstream.conns == []
-    (event,) = _audits(audit_log)
+    (event,) = audits(audit_log)
     assert event["status"] == 405 and event["reason"] == "method"

@@ -10,7 +10,6 @@ that streams slowly and records when the gateway closed its connection. Bounds a
 from __future__ import annotations
 
 import io
-import json
 import socket
 import time
 from collections.abc import Iterator
@@ -18,18 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.audit import configure_logging, reset_logging
-from tests.edge_harness import Proxy, RawUpstream, chat_request, run_proxy, write_policies
+from tests.edge_harness import Proxy, RawUpstream, audits, chat_request, run_proxy, write_policies
 
 BOUND = 2.0  # seconds from the client's hang-up to the upstream's connection closed
 
-
-@pytest.fixture
-def audit_log() -> Iterator[io.StringIO]:
-    buf = io.StringIO()
-    configure_logging(stream=buf)
-    yield buf
-    reset_logging()
 
 
 @pytest.fixture
@@ -45,13 +36,6 @@ def proxy(tmp_path: Path, upstream: RawUpstream, audit_log: io.StringIO) -> Iter
         yield p
 
 
-def _audits(buf: io.StringIO, n: int = 1, timeout: float = 3.0) -> list[dict[str, object]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = [json.loads(x) for x in buf.getvalue().splitlines() if '"audit"' in x]
-        if len(lines) >= n or time.monotonic() > deadline:
-            return lines
-        time.sleep(0.01)
 
 
 def _request(method: str, path: str, body: bytes = b"", **headers: str) -> bytes:
@@ -82,7 +66,7 @@ def test_half_a_body_is_never_forwarded(
     sock.sendall(request[: len(request) - len(body) // 2])
     time.sleep(0.2)  # the gateway has the head and half the body
     sock.close()
-    (event,) = _audits(audit_log)
+    (event,) = audits(audit_log)
     assert event["reason"] == "client_disconnected_mid_body"
     assert event["route"] == "chat"
     time.sleep(0.2)
@@ -98,7 +82,7 @@ def test_half_a_passthrough_body_is_never_forwarded(
     sock.sendall(request[:-5000])
     time.sleep(0.2)
     _hang_up(sock)
-    (event,) = _audits(audit_log)
+    (event,) = audits(audit_log)
     assert event["reason"] == "client_disconnected_mid_body"
     assert event["route"] == "passthrough"
     time.sleep(0.2)
@@ -173,7 +157,7 @@ def test_a_client_that_hangs_up_cancels_the_upstream(
     hung_up = _hang_up(sock)
     assert _closed_after(upstream, hung_up) < BOUND
     assert not upstream.conns[0].finished
-    (event,) = _audits(audit_log)
+    (event,) = audits(audit_log)
     assert event["reason"] == "client_disconnected"
     # The connection was not pooled: the next request opens a new one.
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as again:
@@ -220,5 +204,5 @@ def test_a_progressive_stream_that_ends_in_a_block_closes_the_upstream(
         assert b"zz:9" not in received.split(b"\r\n\r\n", 1)[1].split(b"error")[0]
         assert _closed_after(upstream, ended) < BOUND
         assert not upstream.conns[0].finished
-    (event,) = _audits(audit_log)
+    (event,) = audits(audit_log)
     assert event["decision"] == "blocked"

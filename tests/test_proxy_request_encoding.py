@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from gateway.audit import configure_logging, reset_logging
 from tests.edge_harness import (
     Proxy,
     RawUpstream,
+    audits,
     body_of,
     chat_request,
     raw_exchange,
@@ -29,27 +27,12 @@ from tests.edge_harness import (
 
 
 @pytest.fixture
-def audit_log() -> Iterator[io.StringIO]:
-    buf = io.StringIO()
-    configure_logging(stream=buf)
-    yield buf
-    reset_logging()
-
-
-@pytest.fixture
 def gw(tmp_path: Path, audit_log: io.StringIO) -> Iterator[tuple[Proxy, RawUpstream]]:
     upstream = RawUpstream()
     with upstream.running(), run_proxy(upstream.url, write_policies(tmp_path)) as proxy:
         yield proxy, upstream
 
 
-def _audits(buf: io.StringIO, timeout: float = 2.0) -> list[dict[str, object]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = [json.loads(x) for x in buf.getvalue().splitlines() if '"audit"' in x]
-        if lines or time.monotonic() > deadline:
-            return lines
-        time.sleep(0.01)
 
 
 def _post(port: int, path: bytes, body: bytes, *headers: bytes) -> bytes:
@@ -86,7 +69,7 @@ def test_an_encoded_request_body_on_a_verified_route_is_415(
     assert error["message"].startswith("citewarden: "), error
     assert "content-encoding" in error["message"], error
     assert upstream.conns == []
-    (event,) = _audits(audit_log)
+    (event,) = audits(audit_log)
     assert (event["decision"], event["reason"], event["status"]) == (
         "error", "unsupported_media_type", 415)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import socket
 import time
 from collections.abc import Iterator
@@ -15,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.audit import configure_logging, reset_logging
 from gateway.cli import build_parser
 from gateway.server import settings_from_args
 from tests.edge_harness import (
     Proxy,
     RawUpstream,
+    audits,
     body_of,
     raw_exchange,
     run_proxy,
@@ -30,13 +29,6 @@ from tests.edge_harness import (
 
 MODELS = b"GET /v1/models HTTP/1.1\r\nhost: gw\r\n\r\n"
 
-
-@pytest.fixture
-def audit_log() -> Iterator[io.StringIO]:
-    buf = io.StringIO()
-    configure_logging(stream=buf)
-    yield buf
-    reset_logging()
 
 
 @pytest.fixture
@@ -52,13 +44,6 @@ def gateway(tmp_path: Path, upstream: RawUpstream, **limits: float) -> Iterator[
         yield p
 
 
-def _audits(buf: io.StringIO, n: int = 1, timeout: float = 3.0) -> list[dict[str, object]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = [json.loads(x) for x in buf.getvalue().splitlines() if '"audit"' in x]
-        if len(lines) >= n or time.monotonic() > deadline:
-            return lines
-        time.sleep(0.01)
 
 
 def _read_until_closed(sock: socket.socket, timeout: float = 5.0) -> tuple[bytes, float]:
@@ -83,7 +68,7 @@ def test_a_head_over_64_kib_is_431(
         response = raw_exchange(gw.port, b"GET /v1/models HTTP/1.1\r\n" + fields + b"\r\n")
         assert status_of(response) == 431
         assert body_of(response)["error"]["source"] == "citewarden"
-        (event,) = _audits(audit_log)
+        (event,) = audits(audit_log)
         assert event["status"] == 431 and event["reason"] == "head_too_large"
         # Just under the limit is served.
         fields = b"".join(b"x-pad-%d: %s\r\n" % (i, b"a" * 1000) for i in range(60))
@@ -141,7 +126,7 @@ def test_a_slowloris_head_is_timed_out_while_others_are_served(
         response, waited = _read_until_closed(silent)
         assert response == b"" and waited < 3.0  # never a byte: closed, nothing to answer
         silent.close()
-        events = _audits(audit_log, n=21)
+        events = audits(audit_log, n=21)
         assert sum(e["reason"] == "head_timeout" for e in events) == 20
 
 
@@ -217,7 +202,7 @@ def test_a_slow_next_head_on_a_kept_alive_connection_is_timed_out(
         response, waited = _read_until_closed(sock)
         assert status_of(response) == 408, response
         assert waited < 3.0
-        assert any(e["reason"] == "head_timeout" for e in _audits(audit_log))
+        assert any(e["reason"] == "head_timeout" for e in audits(audit_log))
 
 
 # ---------------------------------------------------------------------------- concurrency
@@ -232,7 +217,7 @@ def test_connections_past_the_limit_get_503(
         response = raw_exchange(gw.port, MODELS)
         assert status_of(response) == 503
         assert body_of(response)["error"]["source"] == "citewarden"
-        (event,) = _audits(audit_log)
+        (event,) = audits(audit_log)
         assert event["reason"] == "over_concurrency_limit"
         held.pop().close()
         time.sleep(0.2)
@@ -301,7 +286,7 @@ def test_a_server_refusal_carries_the_request_id_of_its_audit_line(
         response = raw_exchange(gw.port, request_bytes)
     assert status_of(response) == status, response[:200]
     rid = _request_id(response)
-    (event,) = _audits(audit_log)
+    (event,) = audits(audit_log)
     assert rid is not None and event["request_id"] == rid
     if echoed is not None:
         assert (rid == "client-7") is echoed
@@ -318,5 +303,5 @@ def test_a_503_past_the_connection_limit_carries_the_clients_request_id(
         )
         held.close()
     assert status_of(response) == 503
-    (event,) = _audits(audit_log)
+    (event,) = audits(audit_log)
     assert _request_id(response) == event["request_id"] == "client-8"
