@@ -1,7 +1,8 @@
 """The verdict cache and the company a claim keeps in a judge call (DESIGN §10): an LLM judge may
 follow words anywhere in its prompt, so a verdict from a call that held other claims, or the end
 user's question, is reused only for that same call — never for its claim alone or in other
-company — and a claim shown the question is judged in a call of its own."""
+company. Within one call, claims and a short claim's question share the prompt (DESIGN §10's
+grouping): a residual that `group_by: claim` removes."""
 
 from __future__ import annotations
 
