@@ -77,6 +77,20 @@ def test_an_integer_is_a_number_and_methods_are_read_in_any_case(
     assert cli.main(["policy", "check", str(path)]) == 0, capsys.readouterr()
 
 
+@pytest.mark.parametrize(("written", "value"), [("7e-1", 0.7), ("5E-1", 0.5), ("+1e0", 1.0)])
+def test_a_number_with_an_exponent_is_a_number(
+    tmp_path: Path, written: str, value: float
+) -> None:
+    """YAML 1.2 (and every JSON or YAML emitter) writes 0.7 as `7e-1`; PyYAML's YAML 1.1
+    resolver would read it as a string, which strict validation refuses."""
+    from gateway.policy import load_policy
+
+    lines = list(BASE)
+    lines[7] = f"support: {{threshold: {written}}}"
+    support = load_policy(_write(tmp_path, lines)).policy.support
+    assert support is not None and support.threshold == value
+
+
 def test_the_shipped_policies_load(capsys: pytest.CaptureFixture[str]) -> None:
     shipped = sorted(str(p) for p in (Path(__file__).parent.parent / "policies").glob("*.yaml"))
     assert shipped

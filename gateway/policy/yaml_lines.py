@@ -5,6 +5,7 @@ Duplicate mapping keys are rejected here, since the YAML loader would keep the l
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,8 +56,21 @@ def _yaml_int(text: str) -> int | str:
         return text
 
 
+class _Loader(yaml.SafeLoader):
+    """The safe loader, reading a number with an exponent and no point (`7e-1`) as YAML 1.2
+    and every emitter do: a float, not the string YAML 1.1 makes of it (policy values are
+    validated strictly, so the string would be refused)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
 def parse_yaml(file: str, text: str) -> tuple[Any, dict[Loc, int]]:
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:
