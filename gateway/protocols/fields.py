@@ -16,7 +16,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -42,6 +42,7 @@ __all__ = [
     "has_duplicate_keys",
     "int_value",
     "is_enum",
+    "is_index",
     "is_int",
     "is_model",
     "is_number",
@@ -72,6 +73,13 @@ _URL = re.compile(r"https?://[!#-~]{1,2040}")
 def is_token(v: object) -> bool:
     """A short identifier: `chatcmpl-…`, `call_…`, `toolu_…`, `fp_…`; no spaces, no prose."""
     return type(v) is str and _TOKEN.fullmatch(v) is not None
+
+
+def is_index(v: object) -> TypeGuard[int]:
+    """A position an upstream numbers (a choice, a tool call, a content block, a candidate,
+    a citation's item): a non-negative int. A bool is none: a dict keyed by index reads
+    `false` as 0, a channel name as `False`."""
+    return type(v) is int and v >= 0
 
 
 def is_model(v: object) -> bool:

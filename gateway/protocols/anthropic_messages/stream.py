@@ -15,7 +15,7 @@ from gateway.protocols.anthropic_messages.parse import (
     parse_body,
 )
 from gateway.protocols.base import BlockSpans, StreamParser, TextDelta, channel_key
-from gateway.protocols.fields import FieldLog, clean, loads_unique
+from gateway.protocols.fields import FieldLog, clean, is_index, loads_unique
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Citation
 
@@ -177,7 +177,7 @@ class AnthropicStreamParser(StreamParser):
 
     def _index(self, data: Json) -> int:
         idx = data.get("index")
-        if type(idx) is not int or idx < 0:  # `false` would pass for 0 and key channels `False`
+        if not is_index(idx):
             raise ProtocolError("anthropic-messages: content block event without an index")
         return idx
 

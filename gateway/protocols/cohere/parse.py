@@ -16,7 +16,7 @@ from typing import Any
 
 from gateway.errors import ProtocolError
 from gateway.protocols.cohere.fields import BODY_TABLE, is_source_id
-from gateway.protocols.fields import FieldLog, clean
+from gateway.protocols.fields import FieldLog, clean, is_index
 from gateway.types import Answer, Channel, Citation
 
 __all__ = [
@@ -50,7 +50,7 @@ def content_index(citation: Mapping[str, Any]) -> int | None:
     v = citation.get("content_index")
     if v is None:
         return None
-    if type(v) is not int or v < 0:
+    if not is_index(v):
         raise ProtocolError("cohere-chat: a citation's content_index is not an index")
     return v
 

@@ -27,7 +27,7 @@ from gateway.protocols.cohere.parse import (
     parse_body,
     valid_sources,
 )
-from gateway.protocols.fields import loads_unique
+from gateway.protocols.fields import is_index, loads_unique
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Citation
 
@@ -62,7 +62,7 @@ def loads(data: str) -> Json:
 
 def _index(data: Mapping[str, Any]) -> int:
     v = data.get("index")
-    if type(v) is not int or v < 0:
+    if not is_index(v):
         raise ProtocolError(f"{NAME}: {data.get('type')} without a valid index")
     return v
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import ProtocolError
-from gateway.protocols.fields import FieldLog, clean
+from gateway.protocols.fields import FieldLog, clean, is_index
 from gateway.protocols.gemini.fields import BODY_TABLE, is_uri
 from gateway.protocols.gemini.offsets import byte_len, to_chars
 from gateway.types import Answer, Channel, Citation
@@ -93,7 +93,7 @@ def candidate_number(candidate: object, position: int) -> int:
     if not isinstance(candidate, Mapping) or "index" not in candidate:
         return position
     index = candidate["index"]
-    if type(index) is not int or not 0 <= index < 64:
+    if not is_index(index) or index >= 64:
         raise ProtocolError("gemini: a candidate index is out of range")
     return index
 

@@ -11,13 +11,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.errors import ProtocolError
-from gateway.protocols.fields import FieldLog, clean
+from gateway.protocols.fields import FieldLog, clean, is_index
 from gateway.protocols.openai_chat.chunks import chunks_text, thinking_text
 from gateway.protocols.openai_chat.context import numeric_route
 from gateway.protocols.openai_chat.fields import BODY_TABLE, REASONING_KEYS, SEARCH_KEYS
 from gateway.types import Answer, Channel
 
-__all__ = ["NAME", "is_index", "parse_body"]
+__all__ = ["NAME", "parse_body"]
 
 NAME = "openai-chat"
 
@@ -59,12 +59,6 @@ def _drop_search_lists(kept: Json, log: FieldLog) -> None:
             del kept[key]
             log.dropped.append(("top", (key,)))
     log.unknown[:] = [(lv, p) for lv, p in log.unknown if p[0] not in SEARCH_KEYS]
-
-
-def is_index(v: object) -> bool:
-    """A choice's or a tool call's `index`: a non-negative integer. A bool is not one: a dict
-    keyed by index reads `false` as 0, a channel name as `False`."""
-    return type(v) is int and v >= 0
 
 
 def _check_indices(choice: Mapping[str, object], ci: int) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from gateway.errors import ProtocolError
 from gateway.policy import ContextSpec
 from gateway.protocols.base import StreamParser, TextDelta, channel_key
-from gateway.protocols.fields import FieldLog, clean, loads_unique, usage_check
+from gateway.protocols.fields import FieldLog, clean, is_index, loads_unique, usage_check
 from gateway.protocols.openai_chat.chunks import (
     anchor_of,
     assembled_chunks,
@@ -27,7 +27,7 @@ from gateway.protocols.openai_chat.chunks import (
 )
 from gateway.protocols.openai_chat.context import numeric_route, search_chunks
 from gateway.protocols.openai_chat.fields import FRAME_TABLE, REASONING_KEYS, SEARCH_KEYS
-from gateway.protocols.openai_chat.parse import is_index, parse_body
+from gateway.protocols.openai_chat.parse import parse_body
 from gateway.sse import SSEEvent
 from gateway.types import Answer, Chunk, Citation, ContextSet
 
