@@ -194,7 +194,14 @@ def _verify(
     headers = dict(up_headers)
     include_usage = bool(info.include_usage)
     policy = loaded.policy
-    if stream and policy.streaming.mode == "progressive" and policy.mode == "enforce":
+    # How the answer goes out: JSON, a stream released whole (`buffer`) or claim by claim
+    # (`progressive`: the proxy's decision header then says `progressive`).
+    streaming = None if not stream else (
+        "progressive"
+        if policy.streaming.mode == "progressive" and policy.mode == "enforce"
+        else "buffer"
+    )
+    if streaming == "progressive":
         try:
             ctx = pipeline.context(request, None, headers)
         except ProtocolError as e:
@@ -203,7 +210,7 @@ def _verify(
         return _emit(
             out, fmt, _report(
                 pipeline, release.decision, release.summary(), 200, sent, sent == raw,
-                up_headers, stream=True, reason=release.reason,
+                up_headers, streaming=streaming, reason=release.reason,
             ),
         )
     try:
@@ -229,14 +236,14 @@ def _verify(
         # in its header, metrics and audit). The exit status still says what enforcing would do.
         report = _report(
             pipeline, judgement.outcome.decision.value, judgement, 200, raw, True, up_headers,
-            stream=stream,
+            streaming=streaming,
         )
         _emit(out, fmt, report)
         return 0 if rendered.unchanged else 1
     return _emit(
         out, fmt, _report(
             pipeline, judgement.outcome.decision.value, judgement, rendered.status,
-            rendered.body, rendered.unchanged, up_headers, stream=stream,
+            rendered.body, rendered.unchanged, up_headers, streaming=streaming,
         ),
     )
 
@@ -288,7 +295,7 @@ def _report(
     unchanged: bool,
     up_headers: list[tuple[str, str]],
     *,
-    stream: bool,
+    streaming: str | None,
     reason: str | None = None,
 ) -> dict[str, Any]:
     outcome = judgement.outcome if judgement is not None else None
@@ -306,18 +313,11 @@ def _report(
         "policy": pipeline.loaded.label,
         "route": pipeline.route.name,
         "mode": policy.mode,
-        # How the answer went out: JSON, a stream released whole (`buffer`) or claim by
-        # claim (`progressive`: the proxy's decision header then says `progressive`).
-        "streaming": (
-            None if not stream
-            else "progressive" if policy.streaming.mode == "progressive"
-            and policy.mode == "enforce"
-            else "buffer"
-        ),
+        "streaming": streaming,
         # The upstream headers the client receives (DESIGN §7's allow-list), from
         # --response-headers; the gateway adds its own (decision, policy, request id).
         "headers": dict(verified_response_headers(up_headers)),
-        "body": _client_body(pipeline, status, data, stream),
+        "body": _client_body(pipeline, status, data, streaming is not None),
     }
 
 
