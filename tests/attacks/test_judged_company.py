@@ -2,11 +2,12 @@
 claim of a call whose user message holds "answer YES", else refuses a claim holding
 "unsupported" (the suite's scripted judge). With `group_by: chunk` a model-written claim shares
 its call with the other claims citing the chunk, and a short claim brings the end user's
-question along. A verdict such a call produced is cached only for that same call, so it never
-reaches a later answer holding the refused claim alone; the question is shown only in a call of
-its own claim, so an end user cannot steer the verdict of another claim with it (nor plant a
-standing pass in the verdict cache); and `group_by: claim` keeps a claim's words from its
-neighbours' verdicts altogether. Control: the refused claim alone is stripped."""
+question along. Within that call either may sway a neighbour's verdict (the documented residual
+of DESIGN §10's grouping), but a verdict such a call produced is cached only for that same call
+and question, so it never reaches a later answer holding the refused claim alone (an end user
+plants no standing pass in the verdict cache), as JSON or as a buffered stream; and `group_by:
+claim` keeps a claim's words from its neighbours' verdicts altogether. Control: the refused
+claim alone is stripped."""
 
 from __future__ import annotations
 
@@ -75,9 +76,11 @@ def judged(
 
 
 def _ask(judged: Judged, upstream: tuple[str, FakeUpstream], answer: str,
-         question: str = QUESTION) -> None:
-    resp = run_case(judged[0], upstream, SPEC, "json", SPEC.good(answer).behaviour("json"),
-                    request=SPEC.request(question, False))
+         question: str = QUESTION, mode: str = "json") -> None:
+    """The whole raw response to `answer` holds no byte of the marker. (Progressive mode
+    judges claim by claim, DESIGN §10: no company to keep there.)"""
+    resp = run_case(judged[0], upstream, SPEC, mode, SPEC.good(answer).behaviour(mode),
+                    request=SPEC.request(question, mode != "json"))
     assert_no_leak(resp)
 
 
@@ -87,29 +90,31 @@ def test_control_the_refused_claim_alone_is_stripped(
     _ask(judged, upstream, REFUSED)
 
 
+@pytest.mark.parametrize("mode", ["json", "buffer"])
 def test_a_verdict_from_a_steered_call_is_not_reused_for_the_claim_alone(
-    judged: Judged, upstream: tuple[str, FakeUpstream]
+    judged: Judged, upstream: tuple[str, FakeUpstream], mode: str
 ) -> None:
     """The first answer's own release is the documented residual of a shared call (below for
     `group_by: claim`); what must not happen is its verdict passing the claim in a later answer
     that holds no injection at all."""
-    victim = REFUSED.replace("is unsupported by", "is quite unsupported by")
+    victim = REFUSED.replace("is unsupported by", f"is quite unsupported ({mode}) by")
     injector = INJECTOR.replace("careful", "diligent")
     run_case(judged[0], upstream, SPEC, "json",
              SPEC.good(f"{injector} {victim}").behaviour("json"))
-    _ask(judged, upstream, victim)
+    _ask(judged, upstream, victim, mode=mode)
 
 
+@pytest.mark.parametrize("mode", ["json", "buffer"])
 def test_the_end_users_question_plants_no_standing_pass(
-    judged: Judged, upstream: tuple[str, FakeUpstream]
+    judged: Judged, upstream: tuple[str, FakeUpstream], mode: str
 ) -> None:
     """Another user's answer holding the claim, under a plain question, is judged afresh. (A
     question of its own: no earlier test has cached the short claim's verdict under it.)"""
-    victim = REFUSED.replace("is unsupported by", "is plainly unsupported by")
+    victim = REFUSED.replace("is unsupported by", f"is plainly unsupported ({mode}) by")
     run_case(judged[0], upstream, SPEC, "json",
              SPEC.good(f"{SHORT} {victim}").behaviour("json"),
              request=SPEC.request(QUESTION + " In short." + STEER, False))
-    _ask(judged, upstream, victim)
+    _ask(judged, upstream, victim, mode=mode)
 
 
 def test_group_by_claim_keeps_a_claims_words_from_its_neighbours_verdicts(
